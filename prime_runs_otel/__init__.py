@@ -1,0 +1,39 @@
+"""prime-runs-otel: report eval and training runs to the Prime platform through
+OpenTelemetry.
+
+The short path is :func:`start_run`; code that owns its TracerProvider uses
+the pieces: :func:`run_resource`, :func:`record_episode` and
+:class:`PrimeRunsSpanExporter`.
+"""
+
+__version__ = "0.1.0"
+
+from .config import Settings, resolve_settings  # noqa: E402
+from .errors import ConfigError, PrimeRunsOtelError, RecordError  # noqa: E402
+from .exporter import PrimeRunsSpanExporter  # noqa: E402
+from .instrument import (  # noqa: E402
+    emit_run_end,
+    emit_run_start,
+    normalize_config,
+    record_episode,
+    run_resource,
+)
+from .run import Run, RunFinishedError, RunResult, start_run  # noqa: E402
+
+__all__ = [
+    "ConfigError",
+    "PrimeRunsOtelError",
+    "PrimeRunsSpanExporter",
+    "RecordError",
+    "Run",
+    "RunFinishedError",
+    "RunResult",
+    "Settings",
+    "emit_run_end",
+    "emit_run_start",
+    "normalize_config",
+    "record_episode",
+    "resolve_settings",
+    "run_resource",
+    "start_run",
+]

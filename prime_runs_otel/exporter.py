@@ -1,0 +1,202 @@
+"""``PrimeRunsSpanExporter``: the OpenTelemetry ``SpanExporter`` for the Prime
+platform. Wiring only: spans → views → per-run batches → spool commit; the
+uploader thread does every network call.
+
+Why ``export()`` never talks to the network: the SDK calls it on its batch
+worker thread, ignores what it returns and drops a batch that fails, so the
+only safe thing to do there is to make the batch durable and return. SUCCESS
+means "committed to the spool"; FAILURE means the commit itself failed (the
+SDK then drops the batch, and the loss is logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .config import Settings, resolve_settings
+from .ingest import group_by_run
+from .spans import from_readable_span
+from .spool import RunRow, Spool, SpoolError, process_alive
+from .uploader import Uploader
+
+logger = logging.getLogger(__name__)
+
+#: How long ``shutdown()`` lets delivery drain: bounded, as the SDK expects
+#: of every exporter; whatever is left is delivered by the next process.
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+
+
+class PrimeRunsSpanExporter(SpanExporter):
+    """Exports run spans to the Prime platform, or to the local store.
+
+    Keyword arguments override the environment and ``~/.prime/config.json``
+    (see :func:`prime_runs_otel.config.resolve_settings`). With no API key the
+    runs stay in the local spool (``prime-runs-otel runs`` lists them).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings | None = None,
+        deliver: bool = True,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        **overrides: Any,
+    ) -> None:
+        self.settings = settings or resolve_settings(**overrides)
+        self._shutdown_timeout = shutdown_timeout
+        self._disabled = self.settings.mode == "disabled"
+        self._spool: Spool | None = None
+        self._uploader: Uploader | None = None
+        self._seen: set[str] = set()
+        self._seen_lock = threading.Lock()
+        self._is_shutdown = False
+        self._owner_pid = os.getpid()
+        self.unattributed = 0
+        if self._disabled:
+            return
+        self._spool = Spool(self.settings.spool_path, max_bytes=self.settings.spool_max_bytes)
+        self._uploader = Uploader(self._spool, self.settings)
+        if deliver:
+            self._uploader.start()
+
+    @property
+    def spool(self) -> Spool:
+        if self._spool is None:
+            raise RuntimeError("this exporter is disabled (PRIME_RUNS_MODE=disabled): no spool")
+        return self._spool
+
+    # -- the SpanExporter contract ---------------------------------------------
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._is_shutdown:
+            logger.warning("export() called after shutdown(); %d span(s) dropped", len(spans))
+            return SpanExportResult.FAILURE
+        if self._disabled or self._spool is None:
+            return SpanExportResult.SUCCESS
+        grouped = group_by_run(from_readable_span(span) for span in spans)
+        self.unattributed += grouped.unattributed
+        if not grouped.batches:
+            return SpanExportResult.SUCCESS
+        try:
+            outcome = self._spool.ingest(grouped.batches, mode=self.settings.mode)
+        except (SpoolError, OSError, Exception) as exc:  # noqa: BLE001 - FAILURE is the contract
+            logger.error(
+                "prime-runs-otel could not commit %d span(s) to the spool %s: %s. They are "
+                "lost; check disk space and permissions.",
+                len(spans),
+                self._spool.path,
+                exc,
+            )
+            return SpanExportResult.FAILURE
+        with self._seen_lock:
+            self._seen.update(batch.identity.local_id for batch in grouped.batches)
+        if self._uploader is not None:
+            self._uploader.wake()
+        return SpanExportResult.FAILURE if outcome.rejected else SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait for the runs this exporter has seen to be delivered.
+
+        Everything ``export()`` accepted is already durable; this waits for
+        the platform's receipts, which is what a caller flushing before exit
+        wants to know.
+        """
+        deadline = time.monotonic() + timeout_millis / 1000.0
+        with self._seen_lock:
+            seen = list(self._seen)
+        return all(self.wait_delivered(local_id, deadline - time.monotonic()) for local_id in seen)
+
+    def shutdown(self) -> None:
+        """Bounded: waits up to ``shutdown_timeout`` for delivery, then stops.
+
+        A run this process fed that never got its end span, and that no other
+        live process is feeding, is recorded as crashed here.
+        """
+        if self._is_shutdown:
+            return
+        self._is_shutdown = True
+        if self._spool is None:
+            return
+        self._end_abandoned_runs()
+        deadline = time.monotonic() + self._shutdown_timeout
+        with self._seen_lock:
+            seen = list(self._seen)
+        if self._uploader is not None and self._uploader.running:
+            for local_id in seen:
+                self.wait_closed(local_id, deadline - time.monotonic())
+            self._uploader.stop(timeout=max(0.0, deadline - time.monotonic()) + 5.0)
+        self._report_leftovers(seen)
+
+    # -- waiting on delivery ------------------------------------------------
+
+    def wait_delivered(self, local_id: str, timeout: float) -> bool:
+        """``True`` once nothing of the run is waiting for the platform."""
+        return self._wait(local_id, timeout, lambda run: run.mode != "online" or (
+            run.create_state == "created" and self.spool.pending_count(local_id) == 0
+        ))
+
+    def wait_closed(self, local_id: str, timeout: float) -> RunRow | None:
+        """The run once it is closed (or the deadline passes)."""
+        self._wait(local_id, timeout, lambda run: run.settled)
+        return self.spool.run(local_id)
+
+    def _wait(self, local_id: str, timeout: float, done: Any) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        delay = 0.01
+        while True:
+            run = self.spool.run(local_id)
+            if run is not None and done(run):
+                return True
+            if run is not None and run.close_state == "gave_up":
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            if self._uploader is not None:
+                self._uploader.wake()
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.2)
+
+    def _end_abandoned_runs(self) -> None:
+        assert self._spool is not None
+        if os.getpid() != self._owner_pid:
+            return  # a forked child never ends the parent's runs
+        with self._seen_lock:
+            seen = list(self._seen)
+        me = os.getpid()
+        for local_id in seen:
+            run = self._spool.run(local_id)
+            if run is None or run.end_status is not None:
+                continue
+            others = [
+                (pid, start)
+                for _, pid, start, _ in self._spool.producers(local_id)
+                if pid != me and process_alive(pid, start)
+            ]
+            if not others:
+                self._spool.end_run(
+                    local_id, "crashed", "the producer shut down without ending the run"
+                )
+
+    def _report_leftovers(self, seen: Sequence[str]) -> None:
+        assert self._spool is not None
+        for local_id in seen:
+            run = self._spool.run(local_id)
+            if run is None or run.mode != "online" or run.closed:
+                continue
+            pending = self._spool.pending_count(local_id)
+            logger.warning(
+                "Run %s is not closed on the platform yet (%d episode(s) pending). Nothing is "
+                "lost: it stays in %s; deliver it with `prime-runs-otel push %s`.",
+                local_id,
+                pending,
+                self._spool.path,
+                local_id,
+            )

@@ -1,0 +1,261 @@
+"""What a span means to the platform: run identity, run start and end, episodes.
+
+The consumer half of the span contract in :mod:`prime_runs_otel.semconv`.
+It reads :class:`~prime_runs_otel.spans.SpanView` only, so it behaves the same
+for spans exported in process and spans received over OTLP.
+
+A transported record is accepted only when its byte length and SHA-256 match
+what the producer pinned: an attribute limit somewhere on the way (the SDK,
+a collector processor) must show up as a counted loss, never as a corrupt
+row on the platform.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import semconv as sc
+from .errors import RecordError
+from .spans import SpanView
+
+__all__ = [
+    "CorruptEpisode",
+    "EpisodeArrival",
+    "RunEnd",
+    "RunIdentity",
+    "RunStart",
+    "decode_blob",
+    "read_span",
+    "run_identity",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """A run as its producer named it on the Resource.
+
+    ``local_id`` is the producer's key, not the platform's id: the consumer
+    maps one to the other once the run exists.
+    """
+
+    local_id: str
+    kind: str = "eval"
+    name: str | None = None
+    model: str | None = None
+    environments: tuple[str, ...] = ()
+    framework: str | None = None
+    tags: tuple[str, ...] = ()
+    description: str | None = None
+    attach: str | None = None
+    team_id: str | None = None
+
+    def to_json(self) -> str:
+        """Stable JSON for the spool, where the identity outlives the process."""
+        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunIdentity:
+        """Inverse of :meth:`to_json`."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("local_id"), str):
+            raise RecordError(
+                "a stored run identity needs a 'local_id'; the spool entry is damaged"
+            )
+        data["environments"] = tuple(data.get("environments") or ())
+        data["tags"] = tuple(data.get("tags") or ())
+        known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """The run config, sent once.
+
+    ``corrupt_reason`` is set (and ``config`` empty) when the config arrived
+    damaged: the run can still be created, and the loss is visible rather
+    than the config silently missing.
+    """
+
+    config: dict[str, Any]
+    corrupt_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """The terminal status the producer reported."""
+
+    status: str
+    error: str | None
+    episodes_recorded: int | None
+
+
+@dataclass(frozen=True)
+class EpisodeArrival:
+    """A verified episode record.
+
+    ``raw`` is the exact UTF-8 JSON the producer serialised, so uploads can
+    reuse those bytes (and their digest) instead of serialising again.
+    """
+
+    episode_id: str
+    record: dict[str, Any]
+    raw: bytes
+
+
+@dataclass(frozen=True)
+class CorruptEpisode:
+    """An episode span whose record cannot be trusted: to be counted and logged."""
+
+    episode_id: str | None
+    reason: str
+
+
+SpanMeaning = RunStart | RunEnd | EpisodeArrival | CorruptEpisode
+
+
+def run_identity(resource: Mapping[str, Any]) -> RunIdentity | None:
+    """The run a span belongs to, or ``None`` for spans from outside any run."""
+    local_id = resource.get(sc.RUN_ID)
+    if not isinstance(local_id, str) or not local_id:
+        return None
+    kind = resource.get(sc.RUN_KIND, "eval")
+    if kind not in sc.RUN_KINDS:
+        logger.warning("run %s has unknown %s=%r; treating it as eval", local_id, sc.RUN_KIND, kind)
+        kind = "eval"
+    return RunIdentity(
+        local_id=local_id,
+        kind=kind,
+        name=_text(resource.get(sc.RUN_NAME)),
+        model=_text(resource.get(sc.RUN_MODEL)),
+        environments=_texts(resource.get(sc.RUN_ENVIRONMENTS)),
+        framework=_text(resource.get(sc.RUN_FRAMEWORK)),
+        tags=_texts(resource.get(sc.RUN_TAGS)),
+        description=_text(resource.get(sc.RUN_DESCRIPTION)),
+        attach=_text(resource.get(sc.RUN_ATTACH)),
+        team_id=_text(resource.get(sc.RUN_TEAM_ID)),
+    )
+
+
+def read_span(view: SpanView) -> SpanMeaning | None:
+    """What one span says about its run; ``None`` for spans that are not ours.
+
+    Agent and model-call spans return ``None`` too: everything the platform
+    needs is on the episode span's record.
+    """
+    attributes = view.attributes
+    if sc.EPISODE_ID in attributes:
+        return _read_episode(attributes)
+    if view.name == sc.RUN_START_SPAN:
+        return _read_run_start(attributes)
+    if view.name == sc.RUN_END_SPAN:
+        return _read_run_end(attributes)
+    return None
+
+
+def decode_blob(attributes: Mapping[str, Any], key: str) -> bytes:
+    """Reassemble a blob and prove it whole, or raise :class:`RecordError` saying why."""
+    text = _joined_chunks(attributes.get(key), key)
+    size = _whole_number(attributes.get(sc.blob_size_key(key)))
+    digest = attributes.get(sc.blob_sha256_key(key))
+    if size is None or not isinstance(digest, str):
+        raise RecordError(
+            f"{key} lacks its {sc.blob_size_key(key)} or {sc.blob_sha256_key(key)} "
+            "attribute (evicted by an attribute count limit?)"
+        )
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RecordError(f"{key} is not valid text ({exc.reason})") from None
+    if len(data) != size:
+        raise RecordError(
+            f"{key} arrived as {len(data)} bytes but {size} were sent: it was truncated "
+            "on the way (an attribute value length limit in an SDK or collector?)"
+        )
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise RecordError(f"{key} does not match its SHA-256: it was altered on the way")
+    return data
+
+
+def _read_episode(attributes: Mapping[str, Any]) -> EpisodeArrival | CorruptEpisode:
+    raw_id = attributes.get(sc.EPISODE_ID)
+    episode_id = raw_id if isinstance(raw_id, str) and raw_id else None
+    try:
+        raw = decode_blob(attributes, sc.EPISODE_RECORD)
+    except RecordError as exc:
+        return CorruptEpisode(episode_id, str(exc))
+    try:
+        record = json.loads(raw)
+    except ValueError as exc:
+        return CorruptEpisode(episode_id, f"the episode record is not valid JSON: {exc}")
+    if not isinstance(record, dict):
+        return CorruptEpisode(episode_id, "the episode record is not a JSON object")
+    if episode_id is None or record.get("id") != episode_id:
+        return CorruptEpisode(
+            episode_id,
+            f"the record's id {record.get('id')!r} does not match the span's "
+            f"{sc.EPISODE_ID}={raw_id!r}",
+        )
+    return EpisodeArrival(episode_id, record, raw)
+
+
+def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:
+    try:
+        config = json.loads(decode_blob(attributes, sc.RUN_CONFIG))
+    except (RecordError, ValueError) as exc:
+        reason = f"the run config is damaged: {exc}"
+    else:
+        if isinstance(config, dict):
+            return RunStart(config)
+        reason = "the run config is not a JSON object"
+    logger.warning("%s; the run goes on without it", reason)
+    return RunStart({}, corrupt_reason=reason)
+
+
+def _read_run_end(attributes: Mapping[str, Any]) -> RunEnd:
+    status = attributes.get(sc.RUN_STATUS)
+    error = _text(attributes.get(sc.RUN_ERROR))
+    if status not in sc.RUN_STATUSES:
+        error = f"the run ended with an unknown {sc.RUN_STATUS}={status!r}" + (
+            f": {error}" if error else ""
+        )
+        status = "failed"
+    count = _whole_number(attributes.get(sc.RUN_EPISODES_RECORDED))
+    return RunEnd(status=str(status), error=error, episodes_recorded=count)
+
+
+def _joined_chunks(value: Any, key: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Sequence) and all(isinstance(chunk, str) for chunk in value):
+        return "".join(value)
+    if value is None:
+        raise RecordError(f"{key} is missing (evicted by an attribute count limit?)")
+    raise RecordError(f"{key} is a {type(value).__name__}, expected an array of strings")
+
+
+def _whole_number(value: Any) -> int | None:
+    """An int attribute; OTLP/JSON carries 64-bit ints as decimal strings."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, Sequence):
+        return tuple(str(item) for item in value if item)
+    return ()

@@ -1,0 +1,300 @@
+"""``start_run()``: one run, its own TracerProvider and exporter, in one call.
+
+The pieces are public (``run_resource``, ``record_episode``,
+``PrimeRunsSpanExporter``) for code that owns its TracerProvider; this module
+is the short path for code that just wants its episodes on the platform.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from .config import Settings, resolve_settings
+from .errors import PrimeRunsOtelError
+from .exporter import PrimeRunsSpanExporter
+from .instrument import emit_run_end, emit_run_start, normalize_config, record_episode, run_resource
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_STATUSES = ("completed", "failed", "cancelled", "crashed")
+
+#: BatchSpanProcessor settings ``start_run`` uses unless an ``OTEL_BSP_*``
+#: variable says otherwise. The SDK's defaults (2,048 queued spans, a 5 s
+#: delay) drop spans under eval load, and every dropped span is an episode
+#: or part of one; a bigger queue and a shorter delay keep up with it.
+BSP_DEFAULTS = {
+    "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", 32768),
+    "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", 200),
+    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
+    "export_timeout_millis": ("OTEL_BSP_EXPORT_TIMEOUT", 30000),
+}
+
+
+class RunFinishedError(PrimeRunsOtelError):
+    """An episode was recorded on a run that already finished."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``finish()`` knows when it returns."""
+
+    local_id: str
+    status: str
+    closed: bool
+    mode: str
+    platform_id: str | None
+    url: str | None
+    episodes: int
+    pending: int
+    uncertain: int
+    failed: int
+    corrupt: int
+    spool_path: str
+    error: str | None = None
+
+    def describe(self) -> str:
+        where = self.url or (f"platform run {self.platform_id}" if self.platform_id else None)
+        if self.mode == "local":
+            where = f"the local store ({self.spool_path}); see `prime-runs-otel show {self.local_id}`"
+        state = "closed" if self.closed else "NOT closed yet"
+        text = (
+            f"run {self.local_id} {self.status}, {state}: {self.episodes} episode(s), "
+            f"{self.pending} pending, {self.uncertain} uncertain, {self.failed} failed, "
+            f"{self.corrupt} corrupt"
+        )
+        if where:
+            text += f" — {where}"
+        if self.error:
+            text += f". Last error: {self.error}"
+        if self.pending:
+            text += f". Pending episodes stay in the spool: `prime-runs-otel push {self.local_id}`"
+        return text
+
+
+def _bsp_settings() -> dict[str, int]:
+    return {
+        argument: int(os.environ[variable]) if os.environ.get(variable) else default
+        for argument, (variable, default) in BSP_DEFAULTS.items()
+    }
+
+
+class Run:
+    """A live run. Use it as a context manager, or call :meth:`finish`.
+
+    In a ``with`` block an exception finishes the run as failed and Ctrl-C as
+    cancelled; a process that exits without finishing reports it crashed.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: TracerProvider,
+        exporter: PrimeRunsSpanExporter,
+        local_id: str,
+        finish_timeout: float,
+        capture_content: bool | None,
+    ) -> None:
+        self.id = local_id
+        self._provider = provider
+        self._exporter = exporter
+        self._tracer = provider.get_tracer("prime_runs_otel")
+        self._finish_timeout = finish_timeout
+        self._capture_content = capture_content
+        self._recorded = 0
+        self._lock = threading.Lock()
+        self._finished = False
+        self._owns_lifecycle = True
+        self.result: RunResult | None = None
+        atexit.register(self._on_exit)
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _disown(reference))
+
+    @property
+    def tracer(self) -> Any:
+        """The run's tracer, for spans of your own under the run's Resource."""
+        return self._tracer
+
+    @property
+    def settings(self) -> Settings:
+        return self._exporter.settings
+
+    @property
+    def platform_id(self) -> str | None:
+        run = self._exporter.spool.run(self.id) if self.settings.mode != "disabled" else None
+        return run.platform_id if run else None
+
+    @property
+    def url(self) -> str | None:
+        run = self._exporter.spool.run(self.id) if self.settings.mode != "disabled" else None
+        return run.url if run else None
+
+    @property
+    def episodes_recorded(self) -> int:
+        return self._recorded
+
+    def record_episode(self, episode: Any) -> str:
+        """Record one finished episode (a verifiers ``Episode`` or its record)."""
+        with self._lock:
+            if self._finished:
+                raise RunFinishedError(
+                    f"run {self.id} is finished; start a new run to record more episodes"
+                )
+            self._recorded += 1
+        return record_episode(self._tracer, episode, capture_content=self._capture_content)
+
+    def finish(
+        self, status: str = "completed", error: str | None = None, *, timeout: float | None = None
+    ) -> RunResult:
+        """End the run and wait (up to ``timeout``) until it is closed on the
+        platform. What is not delivered by then stays in the spool."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(TERMINAL_STATUSES)}, not {status!r}")
+        with self._lock:
+            if self._finished:
+                assert self.result is not None
+                return self.result
+            self._finished = True
+        atexit.unregister(self._on_exit)
+        budget = self._finish_timeout if timeout is None else timeout
+        if self._owns_lifecycle:
+            emit_run_end(self._tracer, status, error, episodes_recorded=self._recorded)
+        self._provider.force_flush()
+        result = self._result(status, budget)
+        self._provider.shutdown()
+        self.result = result
+        level = logging.INFO if result.closed and not result.pending else logging.WARNING
+        logger.log(level, "prime-runs-otel: %s", result.describe())
+        return result
+
+    def _result(self, status: str, budget: float) -> RunResult:
+        settings = self.settings
+        if settings.mode == "disabled":
+            return RunResult(self.id, status, True, "disabled", None, None, self._recorded, 0, 0,
+                             0, 0, "")
+        run = self._exporter.wait_closed(self.id, budget) if self._owns_lifecycle else None
+        spool = self._exporter.spool
+        run = run or spool.run(self.id)
+        if run is None:
+            return RunResult(self.id, status, False, settings.mode, None, None, 0, 0, 0, 0, 0,
+                             str(spool.path))
+        return RunResult(
+            local_id=self.id,
+            status=run.end_status or status,
+            closed=run.closed,
+            mode=run.mode,
+            platform_id=run.platform_id,
+            url=run.url,
+            episodes=run.episodes,
+            # A local run's episodes are stored, not waiting: nothing is pending
+            # until somebody pushes it.
+            pending=spool.pending_count(self.id) if run.mode == "online" else 0,
+            uncertain=run.uncertain,
+            failed=run.failed + run.rejected,
+            corrupt=run.corrupt,
+            spool_path=str(spool.path),
+            error=run.last_error,
+        )
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self.finish()
+        elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+            self.finish("cancelled", "interrupted")
+        else:
+            self.finish("failed", f"{exc_type.__name__}: {exc}")
+
+    def _on_exit(self) -> None:
+        if self._finished or not self._owns_lifecycle:
+            return
+        logger.warning("Run %s was never finished; reporting it as crashed", self.id)
+        try:
+            self.finish("crashed", "the process exited without finishing the run")
+        except Exception as exc:  # noqa: BLE001 - never a traceback from atexit
+            logger.warning("Run %s: reporting the crash failed: %s", self.id, exc)
+
+
+def _disown(reference: weakref.ref[Run]) -> None:
+    """In a forked child: the parent owns the run's lifecycle."""
+    run = reference()
+    if run is not None:
+        run._owns_lifecycle = False
+        run._lock = threading.Lock()
+
+
+def start_run(
+    *,
+    name: str | None = None,
+    model: str | None = None,
+    environments: Sequence[str] = (),
+    framework: str | None = None,
+    config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+    kind: str = "eval",
+    tags: Sequence[str] = (),
+    description: str | None = None,
+    attach: str | None = None,
+    run_id: str | None = None,
+    team_id: str | None = None,
+    api_key: str | None = None,
+    base_url: str | None = None,
+    mode: str | None = None,
+    spool_dir: str | os.PathLike[str] | None = None,
+    finish_timeout: float | None = None,
+    capture_content: bool | None = None,
+    settings: Settings | None = None,
+) -> Run:
+    """Open a run: a Resource naming it, a TracerProvider with a
+    BatchSpanProcessor and :class:`PrimeRunsSpanExporter`, and the run-start
+    span carrying its config (sent once, as the run's platform metadata).
+
+    ``config`` is a mapping of the settings somebody chose and/or the path of
+    the file the run was launched from (``config_file``), kept byte for byte
+    under ``config_source``. Nothing in it is redacted: keep secrets in the
+    environment.
+    """
+    if kind not in ("eval", "train"):
+        raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
+    metadata = normalize_config(config, config_file=config_file)
+    settings = settings or resolve_settings(
+        api_key=api_key, base_url=base_url, team_id=team_id, mode=mode, spool_dir=spool_dir,
+        finish_timeout=finish_timeout,
+    )
+    resource = run_resource(
+        run_id=run_id,
+        kind=kind,
+        name=name,
+        model=model,
+        environments=environments,
+        framework=framework,
+        tags=tags,
+        description=description,
+        attach=attach,
+        team_id=team_id,
+    )
+    exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0)
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter, **_bsp_settings()))
+    local_id = str(resource.attributes["prime.run.id"])
+    run = Run(
+        provider=provider,
+        exporter=exporter,
+        local_id=local_id,
+        finish_timeout=settings.finish_timeout,
+        capture_content=capture_content,
+    )
+    emit_run_start(run.tracer, metadata)
+    return run

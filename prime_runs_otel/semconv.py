@@ -1,0 +1,197 @@
+"""Every span name and attribute key prime-runs-otel emits or reads, in one place.
+
+Producer (``instrument``) and consumer (``records``) both import from here, so
+the two sides of the span contract cannot drift apart. ``docs/semconv.md`` is
+the human-readable table of the same names.
+
+Four kinds of telemetry make up a run:
+
+* the **Resource** names the run: one ``TracerProvider`` per run, so every span
+  of the run carries its identity without repeating it per span;
+* a **run-start span** carries the run config once;
+* one **episode span** per rollout carries the whole native record (the
+  canonical form every platform projection is computed from) plus a few
+  summary attributes for any OpenTelemetry backend to filter on, with agent
+  and model-call child spans that follow the OpenTelemetry GenAI conventions so
+  backends such as Jaeger, Tempo, Langfuse or Phoenix show the rollout;
+* a **run-end span** carries the terminal status.
+
+GenAI names are the ones of the OpenTelemetry GenAI semantic conventions
+(``gen_ai.*``); everything specific to the Prime platform lives under
+``prime.*``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --------------------------------------------------------------------------
+# Resource: the run. Read once per batch by the consumer; never patched later.
+# --------------------------------------------------------------------------
+
+SERVICE_NAME: Final = "service.name"
+#: Used when neither the caller nor ``OTEL_SERVICE_NAME`` names the service,
+#: so backends do not file runs under the SDK's ``unknown_service``.
+DEFAULT_SERVICE_NAME: Final = "prime-runs-otel"
+
+#: The producer's own key for the run. Required: a span whose resource lacks
+#: it belongs to no run and is ignored. Not the platform's id, which only
+#: exists once the consumer has created the run.
+RUN_ID: Final = "prime.run.id"
+#: ``eval`` or ``train``: decides which platform API the run lives in.
+RUN_KIND: Final = "prime.run.kind"
+RUN_NAME: Final = "prime.run.name"
+RUN_MODEL: Final = "prime.run.model"
+#: String array of environment hub names or ``owner/name`` slugs.
+RUN_ENVIRONMENTS: Final = "prime.run.environments"
+RUN_FRAMEWORK: Final = "prime.run.framework"
+#: String array.
+RUN_TAGS: Final = "prime.run.tags"
+RUN_DESCRIPTION: Final = "prime.run.description"
+#: Platform id of a run a launcher already created (a hosted eval's
+#: ``$EVALUATION_ID``, a hosted training run's ``$RUN_ID``): the consumer
+#: attaches instead of creating a second run.
+RUN_ATTACH: Final = "prime.run.attach"
+RUN_TEAM_ID: Final = "prime.run.team_id"
+
+RUN_KINDS: Final = ("eval", "train")
+
+# --------------------------------------------------------------------------
+# Run-start span: the config, sent once per run.
+# --------------------------------------------------------------------------
+
+RUN_START_SPAN: Final = "prime.run.start"
+#: Blob (see below) holding the JSON of the platform metadata mapping: config
+#: fields plus ``config_source`` when the run was started from a file.
+RUN_CONFIG: Final = "prime.run.config"
+#: Where a config file lands inside the config mapping, byte for byte.
+CONFIG_SOURCE_KEY: Final = "config_source"
+
+# --------------------------------------------------------------------------
+# Run-end span: the terminal status.
+# --------------------------------------------------------------------------
+
+RUN_END_SPAN: Final = "prime.run.end"
+#: ``completed``, ``failed``, ``cancelled`` or ``crashed``.
+RUN_STATUS: Final = "prime.run.status"
+RUN_STATUSES: Final = ("completed", "failed", "cancelled", "crashed")
+RUN_ERROR: Final = "prime.run.error"
+#: How many episodes this producer recorded, so a consumer behind a collector
+#: can wait for stragglers still in flight before finalizing the run.
+RUN_EPISODES_RECORDED: Final = "prime.run.episodes_recorded"
+
+# --------------------------------------------------------------------------
+# Episode span: one rollout. Identified by the presence of EPISODE_ID, not by
+# its name, because the name embeds the environment.
+# --------------------------------------------------------------------------
+
+EPISODE_SPAN_PREFIX: Final = "episode"
+EPISODE_ID: Final = "prime.episode.id"
+#: ``task.data.idx`` of the summary trace (int or str): the platform numbers
+#: rollouts per example with it.
+EPISODE_EXAMPLE_ID: Final = "prime.episode.example_id"
+EPISODE_ENV: Final = "prime.episode.env"
+EPISODE_GROUP: Final = "prime.episode.group"
+EPISODE_OK: Final = "prime.episode.ok"
+#: Reward of the summary trace (first trainable trace, else the first): the
+#: sum of score x weight over its scored rewards.
+EPISODE_REWARD: Final = "prime.episode.reward"
+EPISODE_STOP_CONDITION: Final = "prime.episode.stop_condition"
+EPISODE_ERROR_COUNT: Final = "prime.episode.error.count"
+EPISODE_ERROR_TYPE: Final = "prime.episode.error.type"
+EPISODE_ERROR_MESSAGE: Final = "prime.episode.error.message"
+#: Training step the episode was dispatched at (``run.work.step``).
+RUN_STEP: Final = "prime.run.step"
+#: Blob holding the native episode record, the canonical form.
+EPISODE_RECORD: Final = "prime.episode.record"
+
+# --------------------------------------------------------------------------
+# Agent spans: one per trace, children of the episode span.
+# --------------------------------------------------------------------------
+
+AGENT_SPAN_PREFIX: Final = "invoke_agent"
+AGENT_TRAINABLE: Final = "prime.agent.trainable"
+#: Sum of score x weight over the trace's scored rewards.
+AGENT_REWARD: Final = "prime.agent.reward"
+#: ``prime.agent.reward.{name}``: one sub-reward's unweighted score.
+AGENT_REWARD_PREFIX: Final = "prime.agent.reward."
+#: Sub-reward attributes beyond this many are left out (the record keeps them
+#: all) so an agent span stays below the SDK's default of 128 attributes,
+#: which would otherwise silently evict the oldest ones.
+MAX_SUB_REWARD_ATTRIBUTES: Final = 100
+AGENT_STOP_CONDITION: Final = "prime.agent.stop_condition"
+#: The trace id inside the record (not the OpenTelemetry trace id).
+AGENT_TRACE_ID: Final = "prime.agent.trace_id"
+
+# --------------------------------------------------------------------------
+# OpenTelemetry GenAI semantic conventions (agent and model-call spans).
+# --------------------------------------------------------------------------
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+OPERATION_INVOKE_AGENT: Final = "invoke_agent"
+OPERATION_CHAT: Final = "chat"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+#: Input tokens including cache reads, as the conventions ask.
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+#: JSON text in the conventions' message shape; only with content capture on.
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+ERROR_TYPE: Final = "error.type"
+
+#: The switch every GenAI instrumentation honours: prompts and completions can
+#: hold personal or secret data, so they stay off spans unless asked for. The
+#: episode record always carries them; this only governs the child spans.
+CAPTURE_MESSAGE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+# --------------------------------------------------------------------------
+# Blob transport.
+#
+# The SDK evicts the oldest attribute past its count limit and, when a value
+# length limit is set, truncates every string (each array element on its
+# own). A blob therefore travels as a string array of chunks no longer than
+# the effective length limit, with its UTF-8 byte length and SHA-256 beside
+# it, so that truncation anywhere on the way is detected instead of yielding
+# a silently corrupt record. Blob attributes are set last on their span so
+# count-based eviction takes other attributes first.
+# --------------------------------------------------------------------------
+
+BLOB_SIZE_SUFFIX: Final = ".size"
+BLOB_SHA256_SUFFIX: Final = ".sha256"
+#: Chunk length (in characters) when no length limit is known: bounds the
+#: size of any single protobuf string without splitting ordinary records.
+DEFAULT_BLOB_CHUNK_CHARS: Final = 4 * 1024 * 1024
+
+#: The SDK's own length-limit variables; the span-specific one wins in the SDK.
+ATTRIBUTE_VALUE_LENGTH_LIMIT_ENV: Final = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT_ENV: Final = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+
+
+def blob_size_key(key: str) -> str:
+    """The attribute holding a blob's UTF-8 byte length."""
+    return key + BLOB_SIZE_SUFFIX
+
+
+def blob_sha256_key(key: str) -> str:
+    """The attribute holding a blob's SHA-256 hex digest."""
+    return key + BLOB_SHA256_SUFFIX
+
+
+def episode_span_name(env: str | None) -> str:
+    """``episode {env}``: low-cardinality, and tells rollouts of different envs apart."""
+    return f"{EPISODE_SPAN_PREFIX} {env}" if env else EPISODE_SPAN_PREFIX
+
+
+def agent_span_name(agent: str | None) -> str:
+    """``invoke_agent {name}``, the GenAI conventions' agent span name."""
+    return f"{AGENT_SPAN_PREFIX} {agent}" if agent else AGENT_SPAN_PREFIX
+
+
+def chat_span_name(model: str | None) -> str:
+    """``chat {model}``, the GenAI conventions' inference span name."""
+    return f"{OPERATION_CHAT} {model}" if model else OPERATION_CHAT

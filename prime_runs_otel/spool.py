@@ -1,0 +1,844 @@
+"""The spool: a SQLite file that holds every run, episode and upload until the
+platform has acknowledged it, and that doubles as the local store.
+
+Why SQLite: ``export()`` must commit a batch durably in one transaction and
+return, several processes (forked workers, a second producer, ``push``) may
+write the same file at once, and a process killed with ``kill -9`` must leave
+nothing half-written. WAL mode gives all three with no server.
+
+What lives here:
+- ``runs``: one row per producer run key (``prime.run.id``): identity, config,
+  platform id once created, lifecycle state, the running summary (aggregated
+  incrementally, never recomputed from a list of episodes) and loss counters.
+- ``episodes``: one row per (run, episode id); the UNIQUE key is what makes
+  ingestion idempotent against collector retries and replays. The record body
+  is dropped once the platform has acknowledged it, so the file stays bounded
+  by what is still pending.
+- ``uploads``: the exact bytes of each Prime Traces upload with its
+  idempotency key, persisted before the first attempt so a restart replays the
+  same request; and a marker per legacy sample request, so a request that may
+  have acted is never replayed.
+- ``producers``: which processes feed a run, to tell a crashed producer from a
+  slow one.
+- ``lease``: which process's uploader delivers, so two processes never send
+  the same record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import PrimeRunsOtelError
+from .projection import SummaryAccumulator, rollout_key
+from .records import CorruptEpisode, EpisodeArrival, RunEnd, RunIdentity, RunStart
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+#: Warn once the spool passes this share of its cap.
+WARN_FRACTION = 0.8
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    local_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    name TEXT,
+    identity TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    config TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    platform_id TEXT,
+    url TEXT,
+    create_state TEXT NOT NULL DEFAULT 'pending',
+    create_started REAL,
+    sink TEXT NOT NULL DEFAULT 'traces',
+    traces_written INTEGER NOT NULL DEFAULT 0,
+    end_status TEXT,
+    end_error TEXT,
+    end_expected INTEGER,
+    ended_at REAL,
+    close_state TEXT NOT NULL DEFAULT 'open',
+    closed_at REAL,
+    summary_state TEXT NOT NULL,
+    episodes INTEGER NOT NULL DEFAULT 0,
+    duplicates INTEGER NOT NULL DEFAULT 0,
+    corrupt INTEGER NOT NULL DEFAULT 0,
+    rejected INTEGER NOT NULL DEFAULT 0,
+    uncertain INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    last_seen REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS episodes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    episode_id TEXT NOT NULL,
+    rollout_number INTEGER,
+    has_traces INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    record BLOB,
+    state TEXT NOT NULL DEFAULT 'pending',
+    upload_id TEXT,
+    UNIQUE (run_id, episode_id)
+);
+CREATE INDEX IF NOT EXISTS episodes_by_state ON episodes (run_id, state, seq);
+CREATE TABLE IF NOT EXISTS rollouts (
+    run_id TEXT NOT NULL,
+    example_key TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (run_id, example_key)
+);
+CREATE TABLE IF NOT EXISTS uploads (
+    upload_id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    body BLOB,
+    episodes INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS producers (
+    run_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    pid_start TEXT NOT NULL,
+    last_seen REAL NOT NULL,
+    PRIMARY KEY (run_id, host, pid, pid_start)
+);
+CREATE TABLE IF NOT EXISTS lease (
+    name TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL
+);
+"""
+
+
+class SpoolError(PrimeRunsOtelError):
+    """The spool cannot be opened or written (permissions, disk, corruption)."""
+
+
+class SpoolFull(SpoolError):
+    """The spool is at its size cap; new episodes are refused, and counted."""
+
+
+@dataclass
+class RunBatch:
+    """What one export call brings for one run, in arrival order."""
+
+    identity: RunIdentity
+    start: RunStart | None = None
+    episodes: list[EpisodeArrival] = field(default_factory=list)
+    end: RunEnd | None = None
+    corrupt: list[CorruptEpisode] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    stored: int = 0
+    duplicates: int = 0
+    corrupt: int = 0
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as the spool knows it; see the ``runs`` table for the meaning."""
+
+    local_id: str
+    kind: str
+    name: str | None
+    identity: RunIdentity
+    mode: str
+    config: dict[str, Any] | None
+    created_at: float
+    platform_id: str | None
+    url: str | None
+    create_state: str
+    create_started: float | None
+    sink: str
+    traces_written: int
+    end_status: str | None
+    end_error: str | None
+    end_expected: int | None
+    ended_at: float | None
+    close_state: str
+    summary_state: dict[str, Any]
+    episodes: int
+    duplicates: int
+    corrupt: int
+    rejected: int
+    uncertain: int
+    failed: int
+    last_error: str | None
+    last_seen: float
+
+    @property
+    def closed(self) -> bool:
+        """Closed where it lives: on the platform, or in the local store."""
+        return self.close_state == "closed"
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more will happen without help: closed, or given up on
+        (``prime-runs-otel push`` tries again)."""
+        return self.close_state in ("closed", "gave_up")
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    seq: int
+    episode_id: str
+    rollout_number: int | None
+    has_traces: bool
+    record: bytes
+
+
+@dataclass(frozen=True)
+class UploadRow:
+    upload_id: str
+    run_id: str
+    kind: str
+    body: bytes | None
+    episodes: int
+    state: str
+
+
+def this_producer() -> tuple[str, int, str]:
+    """(host, pid, process start time): the start time tells a live process
+    from a new one that reused a dead producer's pid."""
+    pid = os.getpid()
+    return socket.gethostname(), pid, process_start_token(pid)
+
+
+def process_start_token(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return fields[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_alive(pid: int, start_token: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    current = process_start_token(pid)
+    return not start_token or not current or current == start_token
+
+
+class Spool:
+    """Thread-safe (a connection per thread) and process-safe (SQLite locking)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._local = threading.local()
+        self._warned_full = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolError(
+                f"cannot create the spool folder {str(self.path.parent)!r}: {exc}. "
+                "Set PRIME_RUNS_OTEL_DIR to a writable folder."
+            ) from exc
+        self._init_schema()
+
+    # -- connections ---------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """One connection per thread and per process: a connection inherited
+        across ``fork()`` must never be used by the child."""
+        pid = os.getpid()
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None and getattr(self._local, "pid", None) == pid:
+            return db
+        try:
+            db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA busy_timeout=60000")
+        except sqlite3.Error as exc:
+            raise SpoolError(
+                f"cannot open the spool {str(self.path)!r}: {exc}. Check that the folder is "
+                "writable, or set PRIME_RUNS_OTEL_DIR to another one."
+            ) from exc
+        self._local.db = db
+        self._local.pid = pid
+        return db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        else:
+            db.execute("COMMIT")
+
+    def _init_schema(self) -> None:
+        db = self._connection()
+        try:
+            db.executescript(_SCHEMA)
+            db.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+        except sqlite3.Error as exc:
+            raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
+
+    def close(self) -> None:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None and getattr(self._local, "pid", None) == os.getpid():
+            db.close()
+        self._local = threading.local()
+
+    # -- size ----------------------------------------------------------------
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.path.getsize(f"{self.path}{suffix}")
+            except OSError:
+                pass
+        return total
+
+    def _free_fraction_check(self) -> bool:
+        """``True`` when there is room for more episodes; warns near the cap."""
+        size = self.size_bytes()
+        if size >= self.max_bytes:
+            return False
+        if size >= WARN_FRACTION * self.max_bytes and not self._warned_full:
+            self._warned_full = True
+            logger.warning(
+                "The spool %s is at %.0f%% of its %d-byte cap. Episodes are refused (and "
+                "counted) at the cap: check that delivery is progressing "
+                "(`prime-runs-otel runs`) or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES.",
+                self.path,
+                100.0 * size / self.max_bytes,
+                self.max_bytes,
+            )
+        return True
+
+    # -- ingestion (export()) -------------------------------------------------
+
+    def ingest(self, batches: Sequence[RunBatch], *, mode: str) -> IngestOutcome:
+        """Commit a whole export batch in one transaction.
+
+        Idempotent: an episode already in the spool for its run is counted as
+        a duplicate and changes nothing, so collector retries and replays are
+        stored once. At the size cap new episodes are refused and counted on
+        their run; run events are always accepted (they are tiny, and losing
+        a run's end would leave it open).
+        """
+        room = self._free_fraction_check()
+        host, pid, start = this_producer()
+        now = time.time()
+        stored = duplicates = corrupt = rejected = 0
+        with self._transaction() as db:
+            for batch in batches:
+                local_id = batch.identity.local_id
+                summary = self._ensure_run(db, batch.identity, mode=mode, now=now)
+                db.execute(
+                    "INSERT INTO producers (run_id, host, pid, pid_start, last_seen) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET last_seen = excluded.last_seen",
+                    (local_id, host, pid, start, now),
+                )
+                if batch.start is not None:
+                    db.execute(
+                        "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
+                        (json.dumps(batch.start.config), local_id),
+                    )
+                added = 0
+                if room:
+                    for episode in batch.episodes:
+                        if self._insert_episode(db, local_id, episode, summary):
+                            added += 1
+                        else:
+                            duplicates += 1
+                else:
+                    rejected += len(batch.episodes)
+                stored += added
+                corrupt += len(batch.corrupt)
+                db.execute(
+                    "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
+                    "duplicates = duplicates + ?, corrupt = corrupt + ?, rejected = rejected + ?, "
+                    "updated_at = ?, last_seen = ? WHERE local_id = ?",
+                    (
+                        json.dumps(summary.to_state()),
+                        added,
+                        len(batch.episodes) - added if room else 0,
+                        len(batch.corrupt),
+                        0 if room else len(batch.episodes),
+                        now,
+                        now,
+                        local_id,
+                    ),
+                )
+                if batch.end is not None:
+                    db.execute(
+                        "UPDATE runs SET end_status = ?, end_error = ?, end_expected = ?, "
+                        "ended_at = ? WHERE local_id = ? AND end_status IS NULL",
+                        (
+                            batch.end.status,
+                            batch.end.error,
+                            batch.end.episodes_recorded,
+                            now,
+                            local_id,
+                        ),
+                    )
+        if not room and rejected:
+            logger.error(
+                "The spool %s is full (cap %d bytes): %d episode(s) refused. They are counted "
+                "on their run; free space by delivering (`prime-runs-otel push`) or raise "
+                "PRIME_RUNS_OTEL_SPOOL_MAX_BYTES.",
+                self.path,
+                self.max_bytes,
+                rejected,
+            )
+        return IngestOutcome(stored, duplicates, corrupt, rejected)
+
+    def _ensure_run(
+        self, db: sqlite3.Connection, identity: RunIdentity, *, mode: str, now: float
+    ) -> SummaryAccumulator:
+        row = db.execute(
+            "SELECT summary_state FROM runs WHERE local_id = ?", (identity.local_id,)
+        ).fetchone()
+        if row is not None:
+            return SummaryAccumulator.from_state(json.loads(row[0]))
+        summary = SummaryAccumulator()
+        db.execute(
+            "INSERT INTO runs (local_id, kind, name, identity, mode, created_at, updated_at, "
+            "summary_state, last_seen, platform_id, create_state) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                identity.local_id,
+                identity.kind,
+                identity.name,
+                identity.to_json(),
+                mode,
+                now,
+                now,
+                json.dumps(summary.to_state()),
+                now,
+                identity.attach,
+                "created" if identity.attach else "pending",
+            ),
+        )
+        return summary
+
+    def _insert_episode(
+        self,
+        db: sqlite3.Connection,
+        run_id: str,
+        episode: EpisodeArrival,
+        summary: SummaryAccumulator,
+    ) -> bool:
+        record = episode.record
+        traces = record.get("traces")
+        has_traces = bool(traces)
+        cursor = db.execute(
+            "INSERT OR IGNORE INTO episodes (run_id, episode_id, has_traces, size, record) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (run_id, episode.episode_id, int(has_traces), len(episode.raw), episode.raw),
+        )
+        if cursor.rowcount == 0:
+            return False
+        if has_traces:
+            key = json.dumps(rollout_key(record), sort_keys=True, default=str)
+            number = db.execute(
+                "INSERT INTO rollouts (run_id, example_key, count) VALUES (?, ?, 1) "
+                "ON CONFLICT DO UPDATE SET count = count + 1 RETURNING count",
+                (run_id, key),
+            ).fetchone()[0]
+            db.execute(
+                "UPDATE episodes SET rollout_number = ? WHERE seq = ?", (number, cursor.lastrowid)
+            )
+        summary.add(record)
+        return True
+
+    # -- reads ---------------------------------------------------------------
+
+    _RUN_COLUMNS = (
+        "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
+        "create_state, create_started, sink, traces_written, end_status, end_error, "
+        "end_expected, ended_at, close_state, summary_state, episodes, duplicates, corrupt, "
+        "rejected, uncertain, failed, last_error, last_seen"
+    )
+
+    def _run_from_row(self, row: tuple[Any, ...]) -> RunRow:
+        values = list(row)
+        values[3] = RunIdentity.from_json(values[3])
+        values[5] = json.loads(values[5]) if values[5] else None
+        values[18] = json.loads(values[18])
+        return RunRow(*values)
+
+    def run(self, local_id: str) -> RunRow | None:
+        row = (
+            self._connection()
+            .execute(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE local_id = ?", (local_id,))
+            .fetchone()
+        )
+        return self._run_from_row(row) if row else None
+
+    def find_run(self, key: str) -> RunRow | None:
+        """A run by its local key, its platform id, or a unique prefix of either."""
+        exact = self.run(key)
+        if exact is not None:
+            return exact
+        rows = (
+            self._connection()
+            .execute(
+                f"SELECT {self._RUN_COLUMNS} FROM runs WHERE platform_id = ? "
+                "OR local_id LIKE ? OR platform_id LIKE ?",
+                (key, f"{key}%", f"{key}%"),
+            )
+            .fetchall()
+        )
+        return self._run_from_row(rows[0]) if len(rows) == 1 else None
+
+    def runs(self) -> list[RunRow]:
+        rows = (
+            self._connection()
+            .execute(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC")
+            .fetchall()
+        )
+        return [self._run_from_row(row) for row in rows]
+
+    def runs_to_deliver_or_close(self) -> list[RunRow]:
+        """Runs not yet closed: online ones to deliver, local ones to close
+        when their producer ends (or dies)."""
+        rows = (
+            self._connection()
+            .execute(
+                f"SELECT {self._RUN_COLUMNS} FROM runs "
+                "WHERE close_state NOT IN ('closed', 'gave_up') ORDER BY created_at"
+            )
+            .fetchall()
+        )
+        return [self._run_from_row(row) for row in rows]
+
+    def upload_episode_seqs(self, upload_id: str) -> list[int]:
+        return [
+            seq
+            for (seq,) in self._connection().execute(
+                "SELECT seq FROM episodes WHERE upload_id = ?", (upload_id,)
+            )
+        ]
+
+    def episode_counts(self, run_id: str) -> dict[str, int]:
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT state, COUNT(*) FROM episodes WHERE run_id = ? GROUP BY state", (run_id,)
+            )
+            .fetchall()
+        )
+        return {state: count for state, count in rows}
+
+    def pending_count(self, run_id: str) -> int:
+        row = (
+            self._connection()
+            .execute(
+                "SELECT COUNT(*) FROM episodes WHERE run_id = ? "
+                "AND state IN ('pending', 'uploading', 'sending')",
+                (run_id,),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def pending_episodes(
+        self, run_id: str, *, max_bytes: int, max_count: int = 100_000
+    ) -> list[EpisodeRow]:
+        """The oldest pending episodes, at least one, up to a byte budget: the
+        uploader never holds more than one request's worth in memory."""
+        db = self._connection()
+        cursor = db.execute(
+            "SELECT seq, episode_id, rollout_number, has_traces, record, size FROM episodes "
+            "WHERE run_id = ? AND state = 'pending' ORDER BY seq",
+            (run_id,),
+        )
+        rows: list[EpisodeRow] = []
+        total = 0
+        for seq, episode_id, number, has_traces, record, size in cursor:
+            if rows and (total + size > max_bytes or len(rows) >= max_count):
+                break
+            rows.append(EpisodeRow(seq, episode_id, number, bool(has_traces), record))
+            total += size
+        cursor.close()
+        return rows
+
+    def iter_episodes(self, run_id: str) -> Iterator[EpisodeRow]:
+        """Every stored episode body of a run, oldest first, a page at a time."""
+        last = 0
+        db = self._connection()
+        while True:
+            page = db.execute(
+                "SELECT seq, episode_id, rollout_number, has_traces, record FROM episodes "
+                "WHERE run_id = ? AND seq > ? AND record IS NOT NULL ORDER BY seq LIMIT 200",
+                (run_id, last),
+            ).fetchall()
+            if not page:
+                return
+            for seq, episode_id, number, has_traces, record in page:
+                yield EpisodeRow(seq, episode_id, number, bool(has_traces), record)
+            last = page[-1][0]
+
+    def open_uploads(self, run_id: str) -> list[UploadRow]:
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT upload_id, run_id, kind, body, episodes, state FROM uploads "
+                "WHERE run_id = ? AND state IN ('pending', 'sending') ORDER BY created_at",
+                (run_id,),
+            )
+            .fetchall()
+        )
+        return [UploadRow(*row) for row in rows]
+
+    def producers(self, run_id: str) -> list[tuple[str, int, str, float]]:
+        return [
+            (host, pid, start, seen)
+            for host, pid, start, seen in self._connection().execute(
+                "SELECT host, pid, pid_start, last_seen FROM producers WHERE run_id = ?",
+                (run_id,),
+            )
+        ]
+
+    # -- lifecycle writes (uploader) -----------------------------------------
+
+    def update_run(self, local_id: str, **values: Any) -> None:
+        """Set run columns; the column names come from this package, never input."""
+        if not values:
+            return
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        with self._transaction() as db:
+            db.execute(
+                f"UPDATE runs SET {assignments}, updated_at = ? WHERE local_id = ?",
+                (*values.values(), time.time(), local_id),
+            )
+
+    def add_counts(self, local_id: str, **deltas: int) -> None:
+        assignments = ", ".join(f"{name} = {name} + ?" for name in deltas)
+        with self._transaction() as db:
+            db.execute(
+                f"UPDATE runs SET {assignments} WHERE local_id = ?", (*deltas.values(), local_id)
+            )
+
+    def claim_create(self, local_id: str) -> bool:
+        """Mark the create as in flight before sending it, so a crash between
+        the request and its answer is recovered by lookup, not by a second run."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE runs SET create_state = 'creating', create_started = ? "
+                "WHERE local_id = ? AND create_state = 'pending'",
+                (time.time(), local_id),
+            )
+            return cursor.rowcount == 1
+
+    def begin_traces_upload(
+        self, run_id: str, seqs: Sequence[int], upload_id: str, body: bytes
+    ) -> bool:
+        """Persist an upload's bytes and claim its episodes in one transaction.
+
+        ``False`` when this exact upload already exists (same bytes were
+        claimed before): the caller then just sends it again.
+        """
+        with self._transaction() as db:
+            exists = db.execute(
+                "SELECT 1 FROM uploads WHERE upload_id = ?", (upload_id,)
+            ).fetchone()
+            if exists:
+                return False
+            db.execute(
+                "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at) "
+                "VALUES (?, ?, 'traces', ?, ?, 'pending', ?)",
+                (upload_id, run_id, body, len(seqs), time.time()),
+            )
+            db.executemany(
+                "UPDATE episodes SET state = 'uploading', upload_id = ? "
+                "WHERE seq = ? AND state = 'pending'",
+                [(upload_id, seq) for seq in seqs],
+            )
+            return True
+
+    def commit_traces_upload(self, run_id: str, upload_id: str) -> int:
+        """The receipt arrived: the episodes are delivered and their bodies
+        dropped. Returns how many of them carried traces."""
+        with self._transaction() as db:
+            written = db.execute(
+                "SELECT COUNT(*) FROM episodes WHERE upload_id = ? AND has_traces = 1 "
+                "AND state = 'uploading'",
+                (upload_id,),
+            ).fetchone()[0]
+            db.execute(
+                "UPDATE episodes SET state = 'delivered', record = NULL "
+                "WHERE upload_id = ? AND state = 'uploading'",
+                (upload_id,),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'committed', body = NULL WHERE upload_id = ?",
+                (upload_id,),
+            )
+            db.execute(
+                "UPDATE runs SET traces_written = traces_written + ? WHERE local_id = ?",
+                (written, run_id),
+            )
+            return int(written)
+
+    def abandon_traces_uploads(self, run_id: str, *, sink: str) -> None:
+        """Prime Traces is not enabled for the account: every claimed episode
+        goes back to pending, for the legacy sample table (``sink``)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE run_id = ? AND state = 'uploading'",
+                (run_id,),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'abandoned', body = NULL "
+                "WHERE run_id = ? AND kind = 'traces' AND state = 'pending'",
+                (run_id,),
+            )
+            db.execute("UPDATE runs SET sink = ? WHERE local_id = ?", (sink, run_id))
+
+    def fail_episodes(self, run_id: str, seqs: Sequence[int], reason: str) -> None:
+        """A permanent refusal: counted on the run, body kept for inspection."""
+        with self._transaction() as db:
+            db.executemany(
+                "UPDATE episodes SET state = 'failed' WHERE seq = ?", [(seq,) for seq in seqs]
+            )
+            db.execute(
+                "UPDATE runs SET failed = failed + ?, last_error = ? WHERE local_id = ?",
+                (len(seqs), reason, run_id),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'failed', body = NULL "
+                "WHERE run_id = ? AND state = 'pending' AND upload_id IN "
+                "(SELECT upload_id FROM episodes WHERE seq IN (%s))" % ",".join("?" * len(seqs)),
+                (run_id, *seqs),
+            )
+
+    def begin_samples_request(self, run_id: str, seqs: Sequence[int]) -> str:
+        """Mark episodes as *sending* before their rows go out. Should the
+        process die before the answer, the next one finds them still sending
+        and counts them uncertain instead of appending the rows twice."""
+        upload_id = f"samples:{uuid.uuid4().hex}"
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at) "
+                "VALUES (?, ?, 'samples', NULL, ?, 'sending', ?)",
+                (upload_id, run_id, len(set(seqs)), time.time()),
+            )
+            db.executemany(
+                "UPDATE episodes SET state = 'sending', upload_id = ? WHERE seq = ?",
+                [(upload_id, seq) for seq in set(seqs)],
+            )
+        return upload_id
+
+    def end_samples_request(self, run_id: str, upload_id: str, outcome: str) -> int:
+        """``outcome``: delivered, uncertain (may have acted) or pending (did
+        not act; retried). Returns the number of episodes it touched."""
+        body_clause = ", record = NULL" if outcome == "delivered" else ""
+        with self._transaction() as db:
+            cursor = db.execute(
+                f"UPDATE episodes SET state = ?{body_clause}, "
+                "upload_id = CASE WHEN ? = 'pending' THEN NULL ELSE upload_id END "
+                "WHERE upload_id = ? AND state = 'sending'",
+                (outcome, outcome, upload_id),
+            )
+            count = cursor.rowcount
+            upload_state = {"delivered": "committed", "pending": "abandoned"}.get(
+                outcome, outcome
+            )
+            db.execute(
+                "UPDATE uploads SET state = ? WHERE upload_id = ?", (upload_state, upload_id)
+            )
+            if outcome == "uncertain":
+                db.execute(
+                    "UPDATE runs SET uncertain = uncertain + ? WHERE local_id = ?",
+                    (count, run_id),
+                )
+            return count
+
+    def deliver_without_request(self, seqs: Sequence[int]) -> None:
+        """Episodes with nothing to send to the sample table (no traces)."""
+        with self._transaction() as db:
+            db.executemany(
+                "UPDATE episodes SET state = 'delivered', record = NULL WHERE seq = ?",
+                [(seq,) for seq in seqs],
+            )
+
+    def end_run(self, local_id: str, status: str, error: str | None) -> bool:
+        """Record a run's end unless one is already recorded (the first wins)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE runs SET end_status = ?, end_error = ?, ended_at = ? "
+                "WHERE local_id = ? AND end_status IS NULL",
+                (status, error, time.time(), local_id),
+            )
+            return cursor.rowcount == 1
+
+    def set_mode(self, local_id: str, mode: str) -> None:
+        self.update_run(local_id, mode=mode)
+
+    def reopen_failed(self, local_id: str) -> int:
+        """Give refused episodes and a failed create another chance (``push``)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE run_id = ? AND state = 'failed' AND record IS NOT NULL",
+                (local_id,),
+            )
+            db.execute(
+                "UPDATE runs SET failed = MAX(0, failed - ?), "
+                "create_state = CASE WHEN create_state = 'failed' THEN 'pending' "
+                "ELSE create_state END, "
+                "close_state = CASE WHEN close_state = 'gave_up' THEN 'open' "
+                "ELSE close_state END WHERE local_id = ?",
+                (cursor.rowcount, local_id),
+            )
+            return cursor.rowcount
+
+    # -- the delivery lease --------------------------------------------------
+
+    def acquire_lease(self, owner: str, ttl: float) -> bool:
+        """At most one process delivers from a spool at a time; a holder that
+        died loses the lease after ``ttl`` seconds."""
+        now = time.time()
+        with self._transaction() as db:
+            row = db.execute("SELECT owner, expires FROM lease WHERE name = 'uploader'").fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                return False
+            db.execute(
+                "INSERT INTO lease (name, owner, expires) VALUES ('uploader', ?, ?) "
+                "ON CONFLICT DO UPDATE SET owner = excluded.owner, expires = excluded.expires",
+                (owner, now + ttl),
+            )
+            return True
+
+    def release_lease(self, owner: str) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM lease WHERE name = 'uploader' AND owner = ?", (owner,))

@@ -1,0 +1,646 @@
+"""Delivery: moves what the spool holds to the platform, one run at a time,
+through each run's lifecycle (create or attach → stream → update → close).
+
+Everything the uploader knows lives in the spool, so a process that dies at
+any point is replaced by the next one that opens the spool with no loss and
+no duplicate: it re-sends the persisted bytes of an open Prime Traces upload
+(the service replays the receipt), counts a legacy sample request that may
+have acted as *uncertain* instead of appending its rows twice, and finds a
+run whose create answer was lost through the list endpoint.
+
+Failures that may succeed later (an outage, 429, 503) pause the run with
+backoff, honouring Retry-After, for as long as it takes: a run is never given
+up because the platform was away. Only a permanent refusal (an environment
+that does not exist, a credential without access) stops a run's delivery, and
+that is recorded on the run for ``prime-runs-otel show`` and ``push``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .config import Settings
+from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
+from .platform.http import PlatformClient, PlatformError
+from .platform.traces import SERVICE_NOT_ENABLED, TracesAPI
+from .projection import (
+    MAX_SAMPLES_PAYLOAD_BYTES,
+    SampleTooLargeError,
+    SummaryAccumulator,
+    batch_sample_rows,
+    encode_samples_body,
+    episode_sample_rows,
+    traces_line,
+)
+from .spool import EpisodeRow, RunRow, Spool, process_alive
+
+logger = logging.getLogger(__name__)
+
+#: Key in a run's platform metadata that names the producer's run key. It is
+#: how a run whose create answer was lost is found again (see ``_create``).
+MARKER_KEY = "prime_runs_otel"
+#: Prime Traces closes batches near 30 MiB; a line may be up to 64 MiB.
+TRACES_BATCH_BYTES = 30 * 1024 * 1024
+MAX_TRACES_LINE_BYTES = 64 * 1024 * 1024
+#: Legacy sample batches are read a request's worth at a time.
+SAMPLES_BATCH_BYTES = 20 * 1024 * 1024
+#: After the end span, how long to wait for episodes a collector delivers
+#: late (the end span says how many the producer recorded).
+STRAGGLER_GRACE = 30.0
+BACKOFF_BASE = 0.5
+
+
+class Backoff(Exception):
+    """Pause this run; try again after ``delay`` seconds."""
+
+    def __init__(self, cause: PlatformError, delay: float | None = None) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.delay = delay
+
+
+def finite_only(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Summaries without NaN/inf (strict JSON rejects them); empty nested
+    mappings are dropped too, as the platform shows them as nothing."""
+    cleaned: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            continue
+        if isinstance(value, Mapping):
+            value = finite_only(value)
+            if not value:
+                continue
+        cleaned[key] = value
+    return cleaned
+
+
+def run_metadata(run: RunRow) -> dict[str, Any]:
+    """The run's config as platform metadata, plus the marker of its key."""
+    return {**(run.config or {}), MARKER_KEY: {"run_key": run.local_id}}
+
+
+def run_summary(run: RunRow) -> dict[str, Any]:
+    summary = finite_only(SummaryAccumulator.from_state(run.summary_state).summary())
+    if run.kind == "eval" and run.mode == "online":
+        summary["prime_runs"] = {"traces_episodes_written": run.traces_written}
+    return summary
+
+
+class Uploader:
+    """The delivery loop. One per process; the spool's lease lets one at a
+    time deliver, the others wait their turn (forked workers, ``push``)."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        settings: Settings,
+        *,
+        poll_interval: float = 0.5,
+        lease_ttl: float = 30.0,
+        idle_timeout: float | None = None,
+    ) -> None:
+        self._spool = spool
+        self._settings = settings
+        self._poll_interval = poll_interval
+        self._lease_ttl = lease_ttl
+        self._idle_timeout = idle_timeout
+        self._owner = f"{socket.gethostname()}:{uuid.uuid4().hex}"
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._not_before: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+        self._evals: EvalsAPI | None = None
+        self._platform: PlatformClient | None = None
+        self._traces: TracesAPI | None = None
+        self._lock = threading.Lock()
+
+    # -- thread control ------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._loop, name="prime-runs-otel-uploader", daemon=True
+        )
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stopping.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        self._thread = None
+        try:
+            self._spool.release_lease(self._owner)
+        except Exception as exc:  # noqa: BLE001 - releasing is a courtesy; it also expires
+            logger.debug("releasing the uploader lease failed: %s", exc)
+        self._close_clients()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.deliver_once()
+            except Exception:  # noqa: BLE001 - the loop must outlive any one bug
+                logger.exception("prime-runs-otel delivery pass failed; retrying")
+            self._wake.wait(self._poll_interval)
+            self._wake.clear()
+
+    # -- one pass -------------------------------------------------------------
+
+    def deliver_once(self, only: Sequence[str] | None = None) -> None:
+        """Advance every deliverable run as far as it goes now."""
+        if not self._spool.acquire_lease(self._owner, self._lease_ttl):
+            return
+        for run in self._spool.runs_to_deliver_or_close():
+            if only is not None and run.local_id not in only:
+                continue
+            if self._stopping.is_set() and only is None:
+                return
+            if time.monotonic() < self._not_before.get(run.local_id, 0.0):
+                continue
+            try:
+                self._advance(run)
+            except Backoff as pause:
+                self._pause(run, pause)
+            else:
+                self._failures.pop(run.local_id, None)
+                self._not_before.pop(run.local_id, None)
+
+    def _pause(self, run: RunRow, pause: Backoff) -> None:
+        failures = self._failures.get(run.local_id, 0) + 1
+        self._failures[run.local_id] = failures
+        cap = self._settings.retry_max_delay
+        delay = pause.delay if pause.delay is not None else pause.cause.retry_after
+        if delay is None:
+            delay = min(cap, BACKOFF_BASE * 2 ** min(failures - 1, 20)) * (0.5 + random.random())
+        delay = min(delay, max(cap, 0.0))
+        self._not_before[run.local_id] = time.monotonic() + delay
+        level = logging.WARNING if failures in (1, 5) or failures % 50 == 0 else logging.DEBUG
+        logger.log(
+            level,
+            "Run %s: delivery paused for %.1fs after %d failed attempt(s): %s. "
+            "Nothing is dropped; it resumes by itself.",
+            run.local_id,
+            delay,
+            failures,
+            pause.cause,
+        )
+
+    def _advance(self, run: RunRow) -> None:
+        if run.end_status is None:
+            run = self._close_if_orphaned(run)
+        if run.mode != "online":
+            if run.end_status is not None:
+                self._spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
+            return
+        if run.create_state in ("pending", "creating"):
+            self._create(run)
+            run = self._reload(run)
+        if run.create_state != "created" or run.platform_id is None:
+            return
+        self._resume_open_uploads(run)
+        while self._deliver_batch(self._reload(run)):
+            self._renew_lease()
+            if self._stopping.is_set():
+                return
+        run = self._reload(run)
+        if run.end_status is not None and self._ready_to_close(run):
+            self._close(run)
+
+    def _reload(self, run: RunRow) -> RunRow:
+        fresh = self._spool.run(run.local_id)
+        assert fresh is not None, "runs are never deleted from the spool"
+        return fresh
+
+    def _renew_lease(self) -> None:
+        self._spool.acquire_lease(self._owner, self._lease_ttl)
+
+    # -- clients -------------------------------------------------------------
+
+    def _apis(self) -> tuple[EvalsAPI, TracesAPI]:
+        with self._lock:
+            if self._evals is None or self._traces is None:
+                settings = self._settings
+                if not settings.api_key:
+                    raise Backoff(
+                        PlatformError(
+                            "no API key: set PRIME_API_KEY (or run `prime login`) to deliver "
+                            "online runs, or keep them local with PRIME_RUNS_MODE=local",
+                        ),
+                        delay=max(settings.retry_max_delay, 1.0),
+                    )
+                self._platform = PlatformClient(
+                    api_key=settings.api_key, base_url=settings.base_url, team_id=settings.team_id
+                )
+                self._evals = EvalsAPI(self._platform, frontend_url=settings.frontend_url)
+                self._traces = TracesAPI(
+                    api_key=settings.api_key,
+                    traces_url=settings.traces_url,
+                    team_id=settings.team_id,
+                )
+            return self._evals, self._traces
+
+    def _close_clients(self) -> None:
+        with self._lock:
+            for client in (self._platform, self._traces):
+                if client is not None:
+                    try:
+                        client.close()
+                    except Exception as exc:  # noqa: BLE001 - teardown
+                        logger.debug("closing a platform client failed: %s", exc)
+            self._platform = self._traces = None
+            self._evals = None
+
+    # -- create ----------------------------------------------------------------
+
+    def _create(self, run: RunRow) -> None:
+        """Create the run exactly once.
+
+        ``POST /evaluations/`` is not idempotent, so the spool records that a
+        create is in flight before it is sent. If the answer is lost (or the
+        process dies), the run is looked up by the marker in its metadata; it
+        is created again only when the platform does not have it.
+        """
+        evals, _ = self._apis()
+        if run.kind != "eval":
+            self._fail_create(
+                run,
+                f"run kind {run.kind!r} is not delivered by this version; only eval runs are. "
+                "Its episodes stay in the spool.",
+            )
+            return
+        environments = list(run.identity.environments)
+        try:
+            if run.create_state == "creating":
+                found = evals.find_by_marker(
+                    marker_key=MARKER_KEY,
+                    marker=run.local_id,
+                    environment_name=first_environment_name(environments),
+                )
+                if found is not None:
+                    logger.info("Run %s: found the platform run created earlier", run.local_id)
+                    self._adopt(run, found, evals)
+                    return
+                self._spool.update_run(run.local_id, create_state="pending")
+            if not environments:
+                self._fail_create(
+                    run,
+                    "an eval run needs at least one environment: pass environments=[...] "
+                    "to start_run() or set prime.run.environments on the Resource",
+                )
+                return
+            resolved = [{"id": evals.resolve_environment(ref)} for ref in environments]
+            payload = self._create_payload(run, resolved)
+            if not self._spool.claim_create(run.local_id):
+                return
+            answer = evals.create(payload)
+        except EnvironmentResolutionError as exc:
+            self._fail_create(run, str(exc))
+            return
+        except PlatformError as exc:
+            if exc.retryable:
+                if not exc.ambiguous and self._spool.run(run.local_id) is not None:
+                    fresh = self._reload(run)
+                    if fresh.create_state == "creating":
+                        self._spool.update_run(run.local_id, create_state="pending")
+                raise Backoff(exc) from exc
+            self._fail_create(run, f"creating the run failed: {exc}")
+            return
+        self._adopt(run, answer, evals)
+
+    def _create_payload(self, run: RunRow, environments: list[dict[str, Any]]) -> dict[str, Any]:
+        identity = run.identity
+        name = run.name or self._default_name(run)
+        payload: dict[str, Any] = {
+            "name": name,
+            "environments": environments,
+            "tags": list(identity.tags),
+            "metadata": run_metadata(run),
+        }
+        optional = {
+            "model_name": identity.model,
+            "dataset": first_environment_name(identity.environments),
+            "framework": identity.framework,
+            "description": identity.description,
+            "team_id": identity.team_id or self._settings.team_id,
+        }
+        payload.update({key: value for key, value in optional.items() if value is not None})
+        return payload
+
+    def _default_name(self, run: RunRow) -> str:
+        """Chosen once and stored, so a create retried after a lost answer
+        carries the same name."""
+        stem = first_environment_name(run.identity.environments) or "eval"
+        name = f"{stem}-{run.local_id[:8]}"
+        self._spool.update_run(run.local_id, name=name)
+        return name
+
+    def _adopt(self, run: RunRow, answer: Mapping[str, Any], evals: EvalsAPI) -> None:
+        platform_id = str(answer["evaluation_id"])
+        url = answer.get("viewer_url") or evals.url_for(platform_id)
+        self._spool.update_run(
+            run.local_id,
+            platform_id=platform_id,
+            url=url,
+            create_state="created",
+            name=answer.get("name") or run.name,
+        )
+        logger.info("Run %s is platform run %s: %s", run.local_id, platform_id, url)
+
+    def _fail_create(self, run: RunRow, reason: str) -> None:
+        logger.error(
+            "Run %s cannot be created on the platform: %s. Its episodes stay in the spool "
+            "(%s); fix the cause and run `prime-runs-otel push %s`.",
+            run.local_id,
+            reason,
+            self._spool.path,
+            run.local_id,
+        )
+        self._spool.update_run(
+            run.local_id,
+            create_state="failed",
+            last_error=reason,
+            close_state="gave_up" if run.end_status else run.close_state,
+        )
+
+    # -- episodes --------------------------------------------------------------
+
+    def _resume_open_uploads(self, run: RunRow) -> None:
+        """Finish what an earlier attempt (or process) left open."""
+        for upload in self._spool.open_uploads(run.local_id):
+            if upload.kind == "traces" and upload.body is not None:
+                self._send_traces(run, upload.upload_id, upload.body)
+            elif upload.kind == "samples":
+                count = self._spool.end_samples_request(run.local_id, upload.upload_id, "uncertain")
+                logger.warning(
+                    "Run %s: %d episode(s) were being sent to the sample table when delivery "
+                    "stopped; they may or may not be stored, and are not sent again "
+                    "(duplicate rows would skew every average). Counted as uncertain.",
+                    run.local_id,
+                    count,
+                )
+
+    def _deliver_batch(self, run: RunRow) -> bool:
+        """Send one request's worth; ``False`` when nothing is pending."""
+        budget = TRACES_BATCH_BYTES if run.sink == "traces" else SAMPLES_BATCH_BYTES
+        episodes = self._spool.pending_episodes(run.local_id, max_bytes=budget)
+        if not episodes:
+            return False
+        if run.sink == "traces" and not self._settings.traces_opt_out:
+            self._deliver_traces(run, episodes)
+        else:
+            if run.sink == "traces":
+                self._spool.update_run(run.local_id, sink="samples")
+            self._deliver_samples(run, episodes)
+        return True
+
+    def _deliver_traces(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
+        assert run.platform_id is not None
+        lines: list[bytes] = []
+        seqs: list[int] = []
+        for episode in episodes:
+            line = traces_line(json.loads(episode.record), run.platform_id, run.kind)
+            if len(line) - 1 > MAX_TRACES_LINE_BYTES:
+                self._spool.fail_episodes(
+                    run.local_id,
+                    [episode.seq],
+                    f"episode {episode.episode_id} is {len(line)} bytes as a Prime Traces line, "
+                    f"over the {MAX_TRACES_LINE_BYTES}-byte limit",
+                )
+                continue
+            lines.append(line)
+            seqs.append(episode.seq)
+        if not lines:
+            return
+        body = b"".join(lines)
+        upload_id = f"sha256:{hashlib.sha256(body).hexdigest()}"
+        self._spool.begin_traces_upload(run.local_id, seqs, upload_id, body)
+        self._send_traces(run, upload_id, body)
+
+    def _send_traces(self, run: RunRow, upload_id: str, body: bytes) -> None:
+        _, traces = self._apis()
+        try:
+            traces.upload_episodes(body, upload_id, self._context(run))
+        except PlatformError as exc:
+            if exc.status == 403 and exc.code == SERVICE_NOT_ENABLED and run.traces_written == 0:
+                logger.info(
+                    "Run %s: Prime Traces is not enabled for this account; its episodes go to "
+                    "the legacy sample table instead",
+                    run.local_id,
+                )
+                self._spool.abandon_traces_uploads(run.local_id, sink="samples")
+                return
+            if exc.retryable:
+                raise Backoff(exc) from exc
+            seqs = self._spool.upload_episode_seqs(upload_id)
+            self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
+            logger.error(
+                "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
+                "failed and kept in the spool",
+                run.local_id,
+                len(seqs),
+                exc,
+            )
+            return
+        self._spool.commit_traces_upload(run.local_id, upload_id)
+
+    def _context(self, run: RunRow) -> dict[str, str]:
+        context = {"source": "prime-runs-otel", "run_type": run.kind}
+        if run.identity.framework:
+            context["framework"] = run.identity.framework
+        if run.identity.model:
+            context["model"] = run.identity.model
+        return context
+
+    def _deliver_samples(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
+        """Rows grouped into requests, an episode's rows never split across
+        two requests unless the episode alone exceeds one."""
+        requests: list[tuple[list[int], list[dict[str, Any]]]] = []
+        empty: list[int] = []
+        current_seqs: list[int] = []
+        current_rows: list[dict[str, Any]] = []
+        current_size = 0
+        for episode in episodes:
+            rows = self._sample_rows(run, episode)
+            if rows is None:
+                continue
+            if not rows:
+                empty.append(episode.seq)
+                continue
+            size = len(encode_samples_body(rows))
+            if size > MAX_SAMPLES_PAYLOAD_BYTES:
+                try:
+                    chunks = batch_sample_rows(rows)
+                except SampleTooLargeError as exc:
+                    self._spool.fail_episodes(run.local_id, [episode.seq], str(exc))
+                    logger.error("Run %s: %s; counted as failed", run.local_id, exc)
+                    continue
+                requests.extend(([episode.seq], chunk) for chunk in chunks)
+                continue
+            if current_rows and current_size + size > MAX_SAMPLES_PAYLOAD_BYTES:
+                requests.append((current_seqs, current_rows))
+                current_seqs, current_rows, current_size = [], [], 0
+            current_seqs.append(episode.seq)
+            current_rows.extend(rows)
+            current_size += size
+        if current_rows:
+            requests.append((current_seqs, current_rows))
+        if empty:
+            self._spool.deliver_without_request(empty)
+        for seqs, rows in requests:
+            self._send_samples(run, seqs, rows)
+
+    def _sample_rows(self, run: RunRow, episode: EpisodeRow) -> list[dict[str, Any]] | None:
+        try:
+            return episode_sample_rows(json.loads(episode.record), episode.rollout_number or 1)
+        except Exception as exc:  # noqa: BLE001 - one bad record must not stop the run
+            reason = f"episode {episode.episode_id} has no sample projection: {exc}"
+            self._spool.fail_episodes(run.local_id, [episode.seq], reason)
+            logger.error("Run %s: %s; counted as failed", run.local_id, reason)
+            return None
+
+    def _send_samples(self, run: RunRow, seqs: list[int], rows: list[dict[str, Any]]) -> None:
+        evals, _ = self._apis()
+        assert run.platform_id is not None
+        body = encode_samples_body(rows)
+        upload_id = self._spool.begin_samples_request(run.local_id, seqs)
+        self._renew_lease()
+        try:
+            evals.post_samples(run.platform_id, body)
+        except PlatformError as exc:
+            if exc.ambiguous:
+                count = self._spool.end_samples_request(run.local_id, upload_id, "uncertain")
+                logger.warning(
+                    "Run %s: a sample request failed after it may have been stored (%s); its "
+                    "%d episode(s) are counted as uncertain and not sent again.",
+                    run.local_id,
+                    exc,
+                    count,
+                )
+                return
+            if exc.retryable:
+                self._spool.end_samples_request(run.local_id, upload_id, "pending")
+                raise Backoff(exc) from exc
+            self._spool.end_samples_request(run.local_id, upload_id, "pending")
+            self._spool.fail_episodes(run.local_id, seqs, f"the sample table refused: {exc}")
+            logger.error("Run %s: the sample table refused %d episode(s): %s", run.local_id,
+                         len(seqs), exc)
+            return
+        self._spool.end_samples_request(run.local_id, upload_id, "delivered")
+
+    # -- closing ----------------------------------------------------------------
+
+    def _ready_to_close(self, run: RunRow) -> bool:
+        if self._spool.pending_count(run.local_id):
+            return False
+        if run.end_expected is not None and run.episodes + run.duplicates < run.end_expected:
+            waited = time.time() - (run.ended_at or time.time())
+            if waited < STRAGGLER_GRACE:
+                return False
+            logger.warning(
+                "Run %s: the producer recorded %d episode(s) but %d arrived; closing anyway",
+                run.local_id,
+                run.end_expected,
+                run.episodes,
+            )
+        return True
+
+    def _close(self, run: RunRow) -> None:
+        """Update, then finalize or mark the status; each step is safe to redo
+        except ``/finalize``, which is checked against the platform first when
+        an earlier attempt may have acted."""
+        evals, _ = self._apis()
+        assert run.platform_id is not None and run.end_status is not None
+        attached = run.identity.attach is not None
+        summary = run_summary(run)
+        try:
+            if run.close_state == "finalizing":
+                status = evals.status_of(
+                    run.platform_id,
+                    environment_name=first_environment_name(run.identity.environments),
+                )
+                if status and status.upper() != "RUNNING":
+                    self._mark_closed(run)
+                    return
+            metadata = None if attached else run_metadata(run)
+            evals.update(run.platform_id, metadata=metadata, metrics=summary or None)
+            if run.end_status == "completed":
+                self._spool.update_run(run.local_id, close_state="finalizing")
+                try:
+                    evals.finalize(run.platform_id, summary)
+                except PlatformError as exc:
+                    if exc.status == 409:
+                        self._mark_closed(run)
+                        return
+                    if not exc.ambiguous:
+                        self._spool.update_run(run.local_id, close_state="open")
+                    raise
+            elif attached:
+                logger.info(
+                    "Run %s ended %s; an attached run's failure is marked by its launcher",
+                    run.local_id,
+                    run.end_status,
+                )
+            else:
+                evals.close_as(run.platform_id, run.end_status, run.end_error)
+        except PlatformError as exc:
+            if exc.retryable:
+                raise Backoff(exc) from exc
+            logger.error("Run %s: closing the run failed for good: %s", run.local_id, exc)
+            self._spool.update_run(run.local_id, close_state="gave_up", last_error=str(exc))
+            return
+        self._mark_closed(run)
+
+    def _mark_closed(self, run: RunRow) -> None:
+        self._spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
+        logger.info("Run %s closed as %s", run.local_id, run.end_status)
+
+    # -- crashed producers -----------------------------------------------------
+
+    def _close_if_orphaned(self, run: RunRow) -> RunRow:
+        """A run whose producers are all gone without an end span crashed.
+
+        Producers on this host are checked by pid (and start time, against pid
+        reuse); producers elsewhere, and runs fed through a collector, by how
+        long they have been silent (``idle_timeout``).
+        """
+        now = time.time()
+        host = socket.gethostname()
+        producers = self._spool.producers(run.local_id)
+        alive = False
+        for producer_host, pid, start, seen in producers:
+            if producer_host == host:
+                alive = alive or process_alive(pid, start)
+            elif self._idle_timeout is None or now - seen < self._idle_timeout:
+                alive = True
+        silent = self._idle_timeout is not None and now - run.last_seen >= self._idle_timeout
+        if producers and not alive:
+            reason = "the producer process exited without ending the run"
+        elif silent:
+            reason = f"no spans for {self._idle_timeout:.0f}s and no end span"
+        else:
+            return run
+        logger.warning("Run %s crashed: %s", run.local_id, reason)
+        self._spool.end_run(run.local_id, "crashed", reason)
+        return self._reload(run)
+

@@ -1,0 +1,51 @@
+"""Shared fixtures: every test runs with its own HOME and spool folder, no
+PRIME_* or OTEL_* setting leaks in from the machine, and the fake platform
+runs on loopback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prime_runs_otel.testing import FakePlatform
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in list(os.environ):
+        if name.startswith(("PRIME_", "OTEL_", "EVALUATION_ID")):
+            monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PRIME_RUNS_OTEL_DIR", str(tmp_path / "spool"))
+    # Backoff stays real, only shorter: outages in tests last seconds, not minutes.
+    monkeypatch.setenv("PRIME_RUNS_OTEL_RETRY_MAX_DELAY", "0.3")
+    return tmp_path
+
+
+@pytest.fixture
+def platform() -> Iterator[FakePlatform]:
+    with FakePlatform() as fake:
+        yield fake
+
+
+@pytest.fixture
+def online(platform: FakePlatform, monkeypatch: pytest.MonkeyPatch) -> FakePlatform:
+    """The process talks to the fake platform, as it would to the real one."""
+    for name, value in platform.client_env().items():
+        monkeypatch.setenv(name, value)
+    return platform
+
+
+@pytest.fixture(scope="session")
+def wire_episode() -> Any:
+    """verifiers' record loader, the oracle's way to rebuild episode objects
+    (imported once: it takes seconds)."""
+    from verifiers.v1 import WireEpisode
+
+    return WireEpisode
