@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from . import __version__
 from .config import Settings, resolve_settings
 from .errors import PrimeRunsOtelError
-from .projection import SummaryAccumulator, episode_sample_rows, traces_line
+from .projection import episode_sample_rows, traces_line
 from .run import RunResult, start_run
 from .spool import RunRow, Spool
 from .uploader import Uploader, run_summary
@@ -222,7 +222,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"  prime-runs-otel show {result.local_id[:12]}        # this run")
         print(f"  prime-runs-otel export {result.local_id[:12]} --what samples | head -c 600")
         if settings.mode == "local":
-            print(f"  prime-runs-otel push {result.local_id[:12]}        # send it once you have a key")
+            short = result.local_id[:12]
+            print(f"  prime-runs-otel push {short}        # send it once you have a key")
         ok = result.closed and not (result.pending or result.failed)
         return EXIT_OK if ok else EXIT_INCOMPLETE
     finally:
@@ -286,8 +287,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no runs in {spool.path}")
         return EXIT_OK
-    header = f"{'ID':<34} {'NAME':<28} {'KIND':<5} {'STATUS':<20} {'EPISODES':>8} {'PENDING':>7}  CREATED"
-    print(header)
+    print(
+        f"{'ID':<34} {'NAME':<28} {'KIND':<5} {'STATUS':<20} "
+        f"{'EPISODES':>8} {'PENDING':>7}  CREATED"
+    )
     for row in rows:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.created_at))
         print(
@@ -457,13 +460,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def spool_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)")
+        sub.add_argument(
+            "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
+        )
 
     replay = commands.add_parser("replay", help="replay a verifiers traces.jsonl as a run")
     replay.add_argument("path", help="traces.jsonl, or the run folder that holds it")
     replay.add_argument("--name", help="run name (default: the folder's name)")
     replay.add_argument("--model", help="model the episodes were sampled from")
-    replay.add_argument("--environment", action="append", help="environment (repeatable; default: the records' env)")
+    replay.add_argument(
+        "--environment", action="append", help="environment (repeatable; default: the records' env)"
+    )
     replay.add_argument("--framework", default="verifiers")
     replay.add_argument("--config", help="the config file the run was launched with")
     replay.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for delivery")
@@ -473,7 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="a synthetic eval run through the real pipeline")
     demo.add_argument("--episodes", type=int, default=300)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--fake-platform", action="store_true", help="deliver to a fake platform on loopback")
+    demo.add_argument(
+        "--fake-platform", action="store_true", help="deliver to a fake platform on loopback"
+    )
     spool_option(demo)
     demo.set_defaults(func=cmd_demo)
 
@@ -500,7 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     spool_option(push)
     push.set_defaults(func=cmd_push)
 
-    fake = commands.add_parser("fake-platform", help="serve a fake platform on loopback for testing")
+    fake = commands.add_parser(
+        "fake-platform", help="serve a fake platform on loopback for testing"
+    )
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=int, default=0)
     fake.add_argument("--api-key", default="test-key")

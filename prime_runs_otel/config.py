@@ -106,9 +106,7 @@ def resolve_settings(
         traces_url=_origin(traces_url) if traces_url else prime.traces_url,
         frontend_url=(frontend_url or _frontend_url(prime)).rstrip("/"),
         team_id=team_id if team_id is not None else prime.team_id,
-        traces_opt_out=(
-            traces_opt_out if traces_opt_out is not None else _traces_opt_out(prime)
-        ),
+        traces_opt_out=(traces_opt_out if traces_opt_out is not None else _traces_opt_out(prime)),
         spool_dir=Path(spool_dir or os.environ.get(DIR_ENV) or default_spool_dir()),
         spool_max_bytes=(
             spool_max_bytes

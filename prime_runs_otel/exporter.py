@@ -87,7 +87,7 @@ class PrimeRunsSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         try:
             outcome = self._spool.ingest(grouped.batches, mode=self.settings.mode)
-        except (SpoolError, OSError, Exception) as exc:  # noqa: BLE001 - FAILURE is the contract
+        except (SpoolError, OSError, Exception) as exc:
             logger.error(
                 "prime-runs-otel could not commit %d span(s) to the spool %s: %s. They are "
                 "lost; check disk space and permissions.",
@@ -139,9 +139,14 @@ class PrimeRunsSpanExporter(SpanExporter):
 
     def wait_delivered(self, local_id: str, timeout: float) -> bool:
         """``True`` once nothing of the run is waiting for the platform."""
-        return self._wait(local_id, timeout, lambda run: run.mode != "online" or (
-            run.create_state == "created" and self.spool.pending_count(local_id) == 0
-        ))
+        return self._wait(
+            local_id,
+            timeout,
+            lambda run: (
+                run.mode != "online"
+                or (run.create_state == "created" and self.spool.pending_count(local_id) == 0)
+            ),
+        )
 
     def wait_closed(self, local_id: str, timeout: float) -> RunRow | None:
         """The run once it is closed (or the deadline passes)."""

@@ -460,7 +460,9 @@ class _ScoredTotals:
         totals = cls()
         totals.traces = int(state["traces"])
         total, compensation = state["reward"]
-        totals.reward = _BuiltinSum(_float_from_state(total), float(_float_from_state(compensation)))
+        totals.reward = _BuiltinSum(
+            _float_from_state(total), float(_float_from_state(compensation))
+        )
         totals.sums = {name: float(_float_from_state(v)) for name, v in state["sums"].items()}
         totals.counts = {name: int(count) for name, count in state["counts"].items()}
         return totals
@@ -544,4 +546,3 @@ class SummaryAccumulator:
         accumulator._trainable = _ScoredTotals.from_state(state["trainable"])
         accumulator._everything = _ScoredTotals.from_state(state["all"])
         return accumulator
-

@@ -66,7 +66,9 @@ class RunResult:
     def describe(self) -> str:
         where = self.url or (f"platform run {self.platform_id}" if self.platform_id else None)
         if self.mode == "local":
-            where = f"the local store ({self.spool_path}); see `prime-runs-otel show {self.local_id}`"
+            where = (
+                f"the local store ({self.spool_path}); see `prime-runs-otel show {self.local_id}`"
+            )
         state = "closed" if self.closed else "NOT closed yet"
         text = (
             f"run {self.local_id} {self.status}, {state}: {self.episodes} episode(s), "
@@ -159,7 +161,9 @@ class Run:
         """End the run and wait (up to ``timeout``) until it is closed on the
         platform. What is not delivered by then stays in the spool."""
         if status not in TERMINAL_STATUSES:
-            raise ValueError(f"status must be one of {', '.join(TERMINAL_STATUSES)}, not {status!r}")
+            raise ValueError(
+                f"status must be one of {', '.join(TERMINAL_STATUSES)}, not {status!r}"
+            )
         with self._lock:
             if self._finished:
                 assert self.result is not None
@@ -180,14 +184,16 @@ class Run:
     def _result(self, status: str, budget: float) -> RunResult:
         settings = self.settings
         if settings.mode == "disabled":
-            return RunResult(self.id, status, True, "disabled", None, None, self._recorded, 0, 0,
-                             0, 0, "")
+            return RunResult(
+                self.id, status, True, "disabled", None, None, self._recorded, 0, 0, 0, 0, ""
+            )
         run = self._exporter.wait_closed(self.id, budget) if self._owns_lifecycle else None
         spool = self._exporter.spool
         run = run or spool.run(self.id)
         if run is None:
-            return RunResult(self.id, status, False, settings.mode, None, None, 0, 0, 0, 0, 0,
-                             str(spool.path))
+            return RunResult(
+                self.id, status, False, settings.mode, None, None, 0, 0, 0, 0, 0, str(spool.path)
+            )
         return RunResult(
             local_id=self.id,
             status=run.end_status or status,
@@ -223,7 +229,7 @@ class Run:
         logger.warning("Run %s was never finished; reporting it as crashed", self.id)
         try:
             self.finish("crashed", "the process exited without finishing the run")
-        except Exception as exc:  # noqa: BLE001 - never a traceback from atexit
+        except Exception as exc:
             logger.warning("Run %s: reporting the crash failed: %s", self.id, exc)
 
 
@@ -270,7 +276,11 @@ def start_run(
         raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
     metadata = normalize_config(config, config_file=config_file)
     settings = settings or resolve_settings(
-        api_key=api_key, base_url=base_url, team_id=team_id, mode=mode, spool_dir=spool_dir,
+        api_key=api_key,
+        base_url=base_url,
+        team_id=team_id,
+        mode=mode,
+        spool_dir=spool_dir,
         finish_timeout=finish_timeout,
     )
     resource = run_resource(
@@ -287,7 +297,16 @@ def start_run(
     )
     exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0)
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(exporter, **_bsp_settings()))
+    bsp = _bsp_settings()
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            exporter,
+            max_queue_size=bsp["max_queue_size"],
+            schedule_delay_millis=bsp["schedule_delay_millis"],
+            max_export_batch_size=bsp["max_export_batch_size"],
+            export_timeout_millis=bsp["export_timeout_millis"],
+        )
+    )
     local_id = str(resource.attributes["prime.run.id"])
     run = Run(
         provider=provider,

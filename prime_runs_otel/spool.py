@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,10 +318,8 @@ class Spool:
     def size_bytes(self) -> int:
         total = 0
         for suffix in ("", "-wal"):
-            try:
+            with suppress(OSError):
                 total += os.path.getsize(f"{self.path}{suffix}")
-            except OSError:
-                pass
         return total
 
     def _free_fraction_check(self) -> bool:
@@ -362,7 +360,8 @@ class Spool:
                 summary = self._ensure_run(db, batch.identity, mode=mode, now=now)
                 db.execute(
                     "INSERT INTO producers (run_id, host, pid, pid_start, last_seen) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET last_seen = excluded.last_seen",
+                    "VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO UPDATE SET last_seen = excluded.last_seen",
                     (local_id, host, pid, start, now),
                 )
                 if batch.start is not None:
@@ -725,7 +724,8 @@ class Spool:
             db.execute("UPDATE runs SET sink = ? WHERE local_id = ?", (sink, run_id))
 
     def fail_episodes(self, run_id: str, seqs: Sequence[int], reason: str) -> None:
-        """A permanent refusal: counted on the run, body kept for inspection."""
+        """A permanent refusal: counted on the run, body kept for inspection
+        (``push`` gives them another chance once the cause is fixed)."""
         with self._transaction() as db:
             db.executemany(
                 "UPDATE episodes SET state = 'failed' WHERE seq = ?", [(seq,) for seq in seqs]
@@ -734,11 +734,12 @@ class Spool:
                 "UPDATE runs SET failed = failed + ?, last_error = ? WHERE local_id = ?",
                 (len(seqs), reason, run_id),
             )
+            # An upload none of whose episodes is still in it is over.
             db.execute(
-                "UPDATE uploads SET state = 'failed', body = NULL "
-                "WHERE run_id = ? AND state = 'pending' AND upload_id IN "
-                "(SELECT upload_id FROM episodes WHERE seq IN (%s))" % ",".join("?" * len(seqs)),
-                (run_id, *seqs),
+                "UPDATE uploads SET state = 'failed', body = NULL WHERE run_id = ? "
+                "AND state = 'pending' AND NOT EXISTS (SELECT 1 FROM episodes "
+                "WHERE episodes.upload_id = uploads.upload_id AND episodes.state = 'uploading')",
+                (run_id,),
             )
 
     def begin_samples_request(self, run_id: str, seqs: Sequence[int]) -> str:
@@ -770,9 +771,7 @@ class Spool:
                 (outcome, outcome, upload_id),
             )
             count = cursor.rowcount
-            upload_state = {"delivered": "committed", "pending": "abandoned"}.get(
-                outcome, outcome
-            )
+            upload_state = {"delivered": "committed", "pending": "abandoned"}.get(outcome, outcome)
             db.execute(
                 "UPDATE uploads SET state = ? WHERE upload_id = ?", (upload_state, upload_id)
             )

@@ -148,7 +148,7 @@ class Uploader:
         self._thread = None
         try:
             self._spool.release_lease(self._owner)
-        except Exception as exc:  # noqa: BLE001 - releasing is a courtesy; it also expires
+        except Exception as exc:
             logger.debug("releasing the uploader lease failed: %s", exc)
         self._close_clients()
 
@@ -160,7 +160,7 @@ class Uploader:
         while not self._stopping.is_set():
             try:
                 self.deliver_once()
-            except Exception:  # noqa: BLE001 - the loop must outlive any one bug
+            except Exception:
                 logger.exception("prime-runs-otel delivery pass failed; retrying")
             self._wake.wait(self._poll_interval)
             self._wake.clear()
@@ -266,7 +266,7 @@ class Uploader:
                 if client is not None:
                     try:
                         client.close()
-                    except Exception as exc:  # noqa: BLE001 - teardown
+                    except Exception as exc:
                         logger.debug("closing a platform client failed: %s", exc)
             self._platform = self._traces = None
             self._evals = None
@@ -513,7 +513,7 @@ class Uploader:
     def _sample_rows(self, run: RunRow, episode: EpisodeRow) -> list[dict[str, Any]] | None:
         try:
             return episode_sample_rows(json.loads(episode.record), episode.rollout_number or 1)
-        except Exception as exc:  # noqa: BLE001 - one bad record must not stop the run
+        except Exception as exc:
             reason = f"episode {episode.episode_id} has no sample projection: {exc}"
             self._spool.fail_episodes(run.local_id, [episode.seq], reason)
             logger.error("Run %s: %s; counted as failed", run.local_id, reason)
@@ -543,8 +543,9 @@ class Uploader:
                 raise Backoff(exc) from exc
             self._spool.end_samples_request(run.local_id, upload_id, "pending")
             self._spool.fail_episodes(run.local_id, seqs, f"the sample table refused: {exc}")
-            logger.error("Run %s: the sample table refused %d episode(s): %s", run.local_id,
-                         len(seqs), exc)
+            logger.error(
+                "Run %s: the sample table refused %d episode(s): %s", run.local_id, len(seqs), exc
+            )
             return
         self._spool.end_samples_request(run.local_id, upload_id, "delivered")
 
@@ -643,4 +644,3 @@ class Uploader:
         logger.warning("Run %s crashed: %s", run.local_id, reason)
         self._spool.end_run(run.local_id, "crashed", reason)
         return self._reload(run)
-

@@ -57,7 +57,9 @@ class EvalsAPI:
                 code=exc.code,
             ) from exc
         if not found:
-            raise EnvironmentResolutionError(f"the hub returned no id for environment {reference!r}")
+            raise EnvironmentResolutionError(
+                f"the hub returned no id for environment {reference!r}"
+            )
         return str(found)
 
     def create(self, payload: dict[str, Any]) -> dict[str, Any]:
