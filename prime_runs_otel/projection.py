@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 __all__ = [
     "MAX_SAMPLES_PAYLOAD_BYTES",
@@ -47,7 +47,7 @@ _TRUNCATING_STOPS = frozenset(
     }
 )
 
-Number = Union[int, float]
+Number = int | float
 
 
 class SampleTooLargeError(ValueError):
@@ -87,7 +87,7 @@ def _finite(value: Any) -> Any:
         return value if changed is None else changed
     if isinstance(value, list):
         items = [_finite(item) for item in value]
-        return value if all(a is b for a, b in zip(items, value)) else items
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     if isinstance(value, tuple):
         return [_finite(item) for item in value]
     return value
@@ -207,7 +207,7 @@ def _is_truncated(trace: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) 
 
 
 def _weighted_reward(rewards: Mapping[str, Any]) -> Number:
-    """Sum of score × weight over the rewards that ran, added in the same order and with
+    """Sum of score times weight over the rewards that ran, added in the same order and with
     the same builtin ``sum`` verifiers uses, so the float is identical (0 when none ran)."""
     return sum(
         float(reward["score"]) * float(reward.get("weight", 1.0))

@@ -341,8 +341,15 @@ class Spool:
 
     # -- ingestion (export()) -------------------------------------------------
 
-    def ingest(self, batches: Sequence[RunBatch], *, mode: str) -> IngestOutcome:
+    def ingest(
+        self, batches: Sequence[RunBatch], *, mode: str, register_producer: bool = True
+    ) -> IngestOutcome:
         """Commit a whole export batch in one transaction.
+
+        ``register_producer``: record this process as feeding the runs, so its
+        death without an end span marks them crashed. A receiver behind a
+        collector passes ``False``: its runs are fed by remote producers, whose
+        silence (an idle timeout) is what tells a crash.
 
         Idempotent: an episode already in the spool for its run is counted as
         a duplicate and changes nothing, so collector retries and replays are
@@ -358,12 +365,13 @@ class Spool:
             for batch in batches:
                 local_id = batch.identity.local_id
                 summary = self._ensure_run(db, batch.identity, mode=mode, now=now)
-                db.execute(
-                    "INSERT INTO producers (run_id, host, pid, pid_start, last_seen) "
-                    "VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT DO UPDATE SET last_seen = excluded.last_seen",
-                    (local_id, host, pid, start, now),
-                )
+                if register_producer:
+                    db.execute(
+                        "INSERT INTO producers (run_id, host, pid, pid_start, last_seen) "
+                        "VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT DO UPDATE SET last_seen = excluded.last_seen",
+                        (local_id, host, pid, start, now),
+                    )
                 if batch.start is not None:
                     db.execute(
                         "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",

@@ -82,7 +82,9 @@ def pipeline() -> Iterator[Pipeline]:
 # ---------------------------------------------------------------------------
 
 
-def message_node(parent: int | None, message: dict[str, Any], sampled: bool = False) -> dict[str, Any]:
+def message_node(
+    parent: int | None, message: dict[str, Any], sampled: bool = False
+) -> dict[str, Any]:
     return {"parent": parent, "message": message, "sampled": sampled, "timestamp": T0}
 
 
@@ -231,9 +233,7 @@ def test_episode_becomes_episode_agent_and_chat_spans(pipeline: Pipeline) -> Non
         call.parent is not None and call.parent.span_id == solver.context.span_id
         for call in solver_calls
     )
-    assert {span.context.trace_id for span in spans if span.context} == {
-        episode.context.trace_id
-    }
+    assert {span.context.trace_id for span in spans if span.context} == {episode.context.trace_id}
 
 
 def test_span_times_come_from_the_record(pipeline: Pipeline) -> None:
@@ -379,7 +379,7 @@ def test_a_verifiers_episode_object_is_recorded_through_to_record(
 @pytest.fixture(scope="session")
 def verifiers_episode() -> Any:
     """A real verifiers Episode, validated from a record (verifiers is slow to import)."""
-    from verifiers.v1.episode import WireEpisode
+    from verifiers.v1.episode import WireEpisode  # type: ignore[import-untyped]
 
     return WireEpisode.model_validate(synthetic_episode(3, error=False))
 
@@ -454,7 +454,11 @@ def test_capture_switch_puts_messages_in_the_genai_shape(
     ]
     assert json.loads(failed_turn[sc.GEN_AI_OUTPUT_MESSAGES])[0]["finish_reason"] == "error"
     assert json.loads(judge_turn[sc.GEN_AI_OUTPUT_MESSAGES]) == [
-        {"role": "assistant", "parts": [{"type": "text", "content": "correct"}], "finish_reason": "stop"}
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "correct"}],
+            "finish_reason": "stop",
+        }
     ]
 
 
@@ -492,7 +496,9 @@ def test_image_parts_become_uri_parts(pipeline: Pipeline) -> None:
 
 def test_many_sub_rewards_stay_under_the_attribute_count_limit(pipeline: Pipeline) -> None:
     record = hand_record()
-    rewards = {f"criterion_{index:03d}": {"score": index / 300, "weight": 1.0} for index in range(300)}
+    rewards = {
+        f"criterion_{index:03d}": {"score": index / 300, "weight": 1.0} for index in range(300)
+    }
     record["traces"][1]["rewards"] = rewards
     record_episode(pipeline.tracer, record)
     solver = pipeline.by_name()["invoke_agent solver"]
@@ -531,12 +537,18 @@ def test_record_survives_attributes_added_by_another_processor() -> None:
         noisy.provider.shutdown()
 
 
-def test_record_survives_a_tight_attribute_count_limit() -> None:
-    tight = Pipeline(SpanLimits(max_span_attributes=20), NoisyProcessor())
+def test_record_survives_a_count_limit_with_no_room_to_spare(pipeline: Pipeline) -> None:
+    """Exactly as many slots as the episode span needs, all taken by others first."""
+    record_episode(pipeline.tracer, hand_record())
+    ours = dict(pipeline.by_name()["episode math"].attributes or {})
+    tight = Pipeline(SpanLimits(max_span_attributes=len(ours)), NoisyProcessor())
     try:
         record_episode(tight.tracer, hand_record())
+        episode = tight.by_name()["episode math"]
         (arrival,) = [item for item in tight.arrivals() if isinstance(item, EpisodeArrival)]
+
         assert arrival.record == hand_record()
+        assert dict(episode.attributes or {}) == ours
     finally:
         tight.provider.shutdown()
 
@@ -550,7 +562,7 @@ def test_length_limit_from_the_environment_chunks_the_record(
         record = synthetic_episode(1, target_bytes=200_000)
         record_episode(limited.tracer, record)
         episode = next(span for span in limited.spans() if span.name.startswith("episode"))
-        chunks = (episode.attributes or {})[sc.EPISODE_RECORD]
+        chunks: Any = (episode.attributes or {})[sc.EPISODE_RECORD]
 
         assert len(chunks) > 40
         assert max(len(chunk) for chunk in chunks) <= 4096
@@ -628,7 +640,7 @@ def test_nan_and_unicode_survive_the_trip(pipeline: Pipeline) -> None:
     assert math.isnan(solver["rewards"]["correct"]["score"])
     assert solver["metrics"] == {"ratio": math.inf, "floor": -math.inf}
     assert solver["info"] == record["traces"][1]["info"]
-    reward = (pipeline.by_name()["invoke_agent solver"].attributes or {})[sc.AGENT_REWARD]
+    reward: Any = (pipeline.by_name()["invoke_agent solver"].attributes or {})[sc.AGENT_REWARD]
     assert math.isnan(reward)
 
 

@@ -69,9 +69,7 @@ def our_rows(records: Iterable[Record], counts: dict[Any, int] | None = None) ->
     return rows
 
 
-def assert_same_rows(
-    records: list[Record], wire_episode: Callable[[Record], Any]
-) -> list[Record]:
+def assert_same_rows(records: list[Record], wire_episode: Callable[[Record], Any]) -> list[Record]:
     ours = our_rows(records)
     theirs = build_samples([wire_episode(record) for record in records])
     assert [encode(row) for row in ours] == [encode(row) for row in theirs]
@@ -111,8 +109,12 @@ def trace(
         {"parent": 0, "message": message("assistant", "4"), "sampled": True},
     ]
     calls = calls or [
-        {"node": 1, "model": "m", "finish_reason": "stop",
-         "usage": {"prompt_tokens": 12, "completion_tokens": 3}},
+        {
+            "node": 1,
+            "model": "m",
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3},
+        },
     ]
     return {
         "id": trace_id,
@@ -148,26 +150,56 @@ def branching_trace() -> Record:
         {"message": message("system", "Be brief.")},
         {"parent": 0, "message": message("user", "Name a prime.")},
         {"parent": 1, "message": message("assistant", "2"), "sampled": True},
-        {"parent": 1, "message": message("assistant", "", tool_calls=[
-            {"id": "c1", "name": "primes", "arguments": "{\"n\": 1}"}]), "sampled": True},
+        {
+            "parent": 1,
+            "message": message(
+                "assistant",
+                "",
+                tool_calls=[{"id": "c1", "name": "primes", "arguments": '{"n": 1}'}],
+            ),
+            "sampled": True,
+        },
         {"parent": 3, "message": message("tool", "[2, 3, 5]", tool_call_id="c1", name="primes")},
         {"parent": 4, "message": message("assistant", "3"), "sampled": True},
         {"parent": 1, "message": message("assistant", "5"), "sampled": True},
     ]
     calls = [
-        {"node": 2, "model": "m", "finish_reason": "stop",
-         "usage": {"prompt_tokens": 20, "completion_tokens": 1, "cached_input_tokens": 8}},
-        {"node": 3, "model": "m", "finish_reason": "tool_calls",
-         "usage": {"prompt_tokens": 20, "completion_tokens": 9, "reasoning_tokens": 4}},
-        {"node": 3, "model": "m", "finish_reason": "tool_calls",
-         "usage": {"prompt_tokens": 21, "completion_tokens": 7, "cost": 0.25}},
-        {"node": 5, "model": "m", "finish_reason": "stop",
-         "usage": {"prompt_tokens": 10, "completion_tokens": 1, "cost": 0.5}},
+        {
+            "node": 2,
+            "model": "m",
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 20, "completion_tokens": 1, "cached_input_tokens": 8},
+        },
+        {
+            "node": 3,
+            "model": "m",
+            "finish_reason": "tool_calls",
+            "usage": {"prompt_tokens": 20, "completion_tokens": 9, "reasoning_tokens": 4},
+        },
+        {
+            "node": 3,
+            "model": "m",
+            "finish_reason": "tool_calls",
+            "usage": {"prompt_tokens": 21, "completion_tokens": 7, "cost": 0.25},
+        },
+        {
+            "node": 5,
+            "model": "m",
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "cost": 0.5},
+        },
         {"node": 6, "model": "m", "finish_reason": "length"},
         {"model": "m", "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
     ]
-    tools = [{"type": "function", "name": "primes", "description": "First n primes",
-              "parameters": {"type": "object"}, "x-provider": {"cache": True}}]
+    tools = [
+        {
+            "type": "function",
+            "name": "primes",
+            "description": "First n primes",
+            "parameters": {"type": "object"},
+            "x-provider": {"cache": True},
+        }
+    ]
     return trace("branchy", nodes=nodes, calls=calls, tools=tools)
 
 
@@ -201,10 +233,15 @@ def test_first_trace_not_trainable_uses_the_first_trainable_one(
 def test_no_trainable_trace_falls_back_to_the_first(
     canonical: Callable[[Record], Record], wire_episode: Callable[[Record], Any]
 ) -> None:
-    record = canonical(episode("e1", [
-        trace("judge-a", name="judge", trainable=False, idx=1),
-        trace("judge-b", name="judge", trainable=False, idx=2),
-    ]))
+    record = canonical(
+        episode(
+            "e1",
+            [
+                trace("judge-a", name="judge", trainable=False, idx=1),
+                trace("judge-b", name="judge", trainable=False, idx=2),
+            ],
+        )
+    )
     assert summary_trace_index(record) == 0
     assert rollout_key(record) == 1
     assert_same_rows([record], wire_episode)
@@ -217,7 +254,8 @@ def test_branching_graph_projects_every_branch(
     [row] = assert_same_rows([record], wire_episode)
     assert len(row["trajectory"]) == 3
     assert row["completion"][-1]["content"] == "5"
-    assert row["is_truncated"] is True  # the last successful call ran out of length
+    # Node 6 ran out of length, but the last error-free call is the off-graph one.
+    assert row["is_truncated"] is False
     assert row["tool_defs"][0]["x-provider"] == {"cache": True}
 
 
@@ -227,11 +265,21 @@ def test_non_finite_and_missing_rewards_become_null(
     nan, inf = float("nan"), float("inf")
     solver = trace(
         "t1",
-        rewards={"correct": {"score": nan, "weight": 1.0}, "style": {"score": 0.5, "weight": inf},
-                 "judge": None, "length": {"score": -inf, "weight": 0.0}},
+        rewards={
+            "correct": {"score": nan, "weight": 1.0},
+            "style": {"score": 0.5, "weight": inf},
+            "judge": None,
+            "length": {"score": -inf, "weight": 0.0},
+        },
         metrics={"latency": inf, "skipped": None, "turns": 2},
-        calls=[{"node": 1, "model": "m", "finish_reason": "stop",
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "cost": nan}}],
+        calls=[
+            {
+                "node": 1,
+                "model": "m",
+                "finish_reason": "stop",
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "cost": nan},
+            }
+        ],
         timing={"start": 1767225600.0, "boot": {"start": 0.0, "end": inf}},
     )
     record = canonical(episode("e1", [solver]))
@@ -254,10 +302,20 @@ def test_unicode_content_and_names(
     canonical: Callable[[Record], Record], wire_episode: Callable[[Record], Any]
 ) -> None:
     nodes = [
-        {"message": message("user", [{"type": "text", "text": "Übersetze: 猫 → 🐈"},
-                                     {"type": "image_url", "image_url": {"url": "data:,x"}}])},
-        {"parent": 0, "message": message("assistant", "Katze 🐱 — «chat»\u2028ok"),
-         "sampled": True},
+        {
+            "message": message(
+                "user",
+                [
+                    {"type": "text", "text": "Übersetze: 猫 → 🐈"},
+                    {"type": "image_url", "image_url": {"url": "data:,x"}},
+                ],
+            )
+        },
+        {
+            "parent": 0,
+            "message": message("assistant", "Katze 🐱 — «chat»\u2028ok"),
+            "sampled": True,
+        },
     ]
     record = canonical(episode("épisode-ü", [trace("トレース", nodes=nodes)]))
     [row] = assert_same_rows([record], wire_episode)
@@ -267,15 +325,23 @@ def test_unicode_content_and_names(
 def test_length_truncation_and_limit_stops(
     canonical: Callable[[Record], Record], wire_episode: Callable[[Record], Any]
 ) -> None:
-    length_stop = trace("t1", calls=[
-        {"node": 1, "model": "m", "finish_reason": "length",
-         "usage": {"prompt_tokens": 5, "completion_tokens": 2048}},
-        {"model": "m", "error": {"type": "ProviderError", "message": "boom"}},
-    ])
+    length_stop = trace(
+        "t1",
+        calls=[
+            {
+                "node": 1,
+                "model": "m",
+                "finish_reason": "length",
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2048},
+            },
+            {"model": "m", "error": {"type": "ProviderError", "message": "boom"}},
+        ],
+    )
     turn_limit = trace("t2", stop_condition="max_turns")
     clean = trace("t3")
-    records = [canonical(episode(f"e{i}", [t])) for i, t in enumerate([length_stop, turn_limit,
-                                                                        clean])]
+    records = [
+        canonical(episode(f"e{i}", [t])) for i, t in enumerate([length_stop, turn_limit, clean])
+    ]
     rows = assert_same_rows(records, wire_episode)
     assert [row["is_truncated"] for row in rows] == [True, True, False]
 
@@ -283,8 +349,14 @@ def test_length_truncation_and_limit_stops(
 def test_episode_without_traces_has_no_row_but_counts_as_an_error(
     canonical: Callable[[Record], Record], wire_episode: Callable[[Record], Any]
 ) -> None:
-    empty = canonical({**episode("e0", [], ok=False), "errors": [
-        {"type": "SetupError", "message": "no sandbox", "traceback": "Traceback ...\n"}]})
+    empty = canonical(
+        {
+            **episode("e0", [], ok=False),
+            "errors": [
+                {"type": "SetupError", "message": "no sandbox", "traceback": "Traceback ...\n"}
+            ],
+        }
+    )
     full = canonical(episode("e1", [trace("t1")]))
     assert episode_sample_rows(empty, 1) == []
     assert rollout_key(empty) is None
@@ -341,9 +413,8 @@ def test_batches_and_body_match_the_oracle(wire_episode: Callable[[Record], Any]
     rows = our_rows(records)
     batches = batch_sample_rows(rows)
     oracle_batches = batch_samples(build_samples([wire_episode(record) for record in records]))
-    assert [len(batch) for batch in batches] == [len(batch) for batch in oracle_batches] == [
-        3, 3]
-    for batch, oracle_batch in zip(batches, oracle_batches):
+    assert [len(batch) for batch in batches] == [len(batch) for batch in oracle_batches] == [3, 3]
+    for batch, oracle_batch in zip(batches, oracle_batches, strict=True):
         body = encode_samples_body(batch)
         assert body == encode({"samples": oracle_batch}).encode()
         assert len(body) <= MAX_SAMPLES_PAYLOAD_BYTES
@@ -377,11 +448,33 @@ def test_summary_with_non_finite_values_and_no_trainable_traces(
 ) -> None:
     nan, inf = float("nan"), float("inf")
     judges = [
-        canonical(episode("e1", [trace("j1", trainable=False, rewards={
-            "correct": {"score": 0.25, "weight": 2.0}, "skipped": None},
-            metrics={"correct": 0.5, "agreement": 1})])),
-        canonical(episode("e2", [trace("j2", trainable=False, rewards={
-            "correct": {"score": nan, "weight": 1.0}}, metrics={"agreement": inf})], ok=False)),
+        canonical(
+            episode(
+                "e1",
+                [
+                    trace(
+                        "j1",
+                        trainable=False,
+                        rewards={"correct": {"score": 0.25, "weight": 2.0}, "skipped": None},
+                        metrics={"correct": 0.5, "agreement": 1},
+                    )
+                ],
+            )
+        ),
+        canonical(
+            episode(
+                "e2",
+                [
+                    trace(
+                        "j2",
+                        trainable=False,
+                        rewards={"correct": {"score": nan, "weight": 1.0}},
+                        metrics={"agreement": inf},
+                    )
+                ],
+                ok=False,
+            )
+        ),
         canonical(episode("e3", [trace("j3", trainable=False, rewards={}, metrics={})])),
     ]
     for count in range(1, len(judges) + 1):
@@ -397,8 +490,9 @@ def test_summary_with_non_finite_values_and_no_trainable_traces(
 
 
 def test_summary_of_nothing(wire_episode: Callable[[Record], Any]) -> None:
-    assert summary_of([]) == oracle_summary([], wire_episode) == {
-        "avg_reward": 0.0, "avg_error": 0.0}
+    assert (
+        summary_of([]) == oracle_summary([], wire_episode) == {"avg_reward": 0.0, "avg_error": 0.0}
+    )
 
 
 def test_summary_state_from_another_version_is_refused() -> None:
@@ -424,8 +518,10 @@ def test_running_sum_is_bit_identical_to_builtin_sum() -> None:
         for value in values:
             running.add(value)
         expected = sum(values)
-        assert (repr(running.result()), type(running.result())) == (repr(expected),
-                                                                   type(expected)), values
+        assert (repr(running.result()), type(running.result())) == (
+            repr(expected),
+            type(expected),
+        ), values
 
 
 # --- Prime Traces lines -------------------------------------------------------------------
@@ -455,8 +551,18 @@ def test_traces_line_matches_prime_traces_encoding() -> None:
 
 
 def test_traces_line_nulls_non_finite_values(canonical: Callable[[Record], Record]) -> None:
-    record = canonical(episode("e1", [trace("t1", rewards={
-        "correct": {"score": float("nan"), "weight": 1.0}}, metrics={"x": float("-inf")})]))
+    record = canonical(
+        episode(
+            "e1",
+            [
+                trace(
+                    "t1",
+                    rewards={"correct": {"score": float("nan"), "weight": 1.0}},
+                    metrics={"x": float("-inf")},
+                )
+            ],
+        )
+    )
     line = traces_line(record, "run-1", "train")
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     parsed = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in line"))

@@ -19,31 +19,37 @@ import argparse
 import contextlib
 import copy
 import errno
-import hashlib
-import json
 import re
 import secrets
 import shlex
-import socket
-import socketserver
 import sys
 import threading
 import time
 import traceback
 import uuid
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, cast
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from prime_traces.models import ErrorCode
 
-from .multipart import MultipartError, Part, parse_form
+from ._http import (
+    MIB,
+    JSONObject,
+    Reject,
+    Request,
+    Response,
+    Server,
+    coded,
+    detail,
+    json_response,
+    not_found,
+    unprocessable,
+)
+from ._traces_upload import Document, Limits, LineFormat, Upload, decode_upload, parse_documents
 
-MIB = 1024 * 1024
 #: Prime Traces limits, defined over the uncompressed bytes.
 MAX_LINE_BYTES = 64 * MIB
 MAX_UPLOAD_BYTES = 256 * MIB
@@ -52,11 +58,7 @@ MAX_UPLOAD_LINES = 1_000_000
 MAX_SAMPLES_REQUEST_BYTES = 25 * MIB
 #: ``UpdateEvaluationRequest.error_message`` is capped server-side.
 MAX_ERROR_MESSAGE_CHARS = 4096
-#: Anything larger is refused before it is read, so a runaway client cannot
-#: exhaust the test process's memory.
-MAX_REQUEST_BYTES = MAX_UPLOAD_BYTES + 64 * MIB
 
-IDEMPOTENCY_KEY = re.compile(r"^sha256:([0-9a-f]{64})$")
 RECORDED_HEADERS = (
     "content-type",
     "content-length",
@@ -68,8 +70,6 @@ RECORDED_HEADERS = (
 
 RunStatus = Literal["RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
 RunKind = Literal["eval", "train"]
-LineFormat = Literal["episode", "trace"]
-JSONObject = dict[str, Any]
 
 
 # -- what the platform stored ---------------------------------------------------------
@@ -144,84 +144,6 @@ class RecordedRequest:
     fault: str | None = None
 
 
-# -- requests and responses --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Request:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        return self.headers.get(name.lower())
-
-    def param(self, name: str) -> str | None:
-        values = parse_qs(self.query).get(name)
-        return values[0] if values else None
-
-    def json_object(self) -> JSONObject:
-        if not self.body:
-            raise _unprocessable("the request body must be a JSON object; it was empty")
-        try:
-            value = _strict_json(self.body)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise _unprocessable(f"the request body is not valid JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise _unprocessable("the request body must be a JSON object")
-        return value
-
-
-@dataclass(frozen=True)
-class _Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class _Reject(Exception):
-    """Unwinds a handler with the error response the platform would give."""
-
-    def __init__(self, response: _Response) -> None:
-        super().__init__(response.status)
-        self.response = response
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _strict_json(data: bytes | str) -> Any:
-    """JSON as the platform parses it: a bare ``NaN`` or ``Infinity`` is an error,
-    so a client that leaks one is caught here rather than in production."""
-    return json.loads(data, parse_constant=_refuse_constant)
-
-
-def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> _Response:
-    return _Response(status, json.dumps(payload).encode("utf-8"), headers=dict(headers or {}))
-
-
-def _detail(status: int, message: str) -> _Reject:
-    """The platform API's (FastAPI) error shape."""
-    return _Reject(_json(status, {"detail": message}))
-
-
-def _coded(status: int, code: ErrorCode, message: str) -> _Reject:
-    """The Prime Traces service's error envelope; clients branch on ``code``."""
-    return _Reject(_json(status, {"error": {"code": code.value, "message": message}}))
-
-
-def _unprocessable(message: str) -> _Reject:
-    return _detail(422, message)
-
-
-def _not_found(what: str) -> _Reject:
-    return _detail(404, f"{what} not found")
-
-
 # -- injected faults ---------------------------------------------------------------------
 
 
@@ -235,454 +157,24 @@ class _Fault:
     retry_after: float | None
     code: str | None
 
-    def matches(self, request: _Request) -> bool:
+    def matches(self, request: Request) -> bool:
         if self.method is not None and self.method != request.method:
             return False
         return self.path is None or self.path.search(request.path) is not None
 
-    def response(self) -> _Response:
+    def response(self) -> Response:
         headers = {} if self.retry_after is None else {"Retry-After": f"{self.retry_after:g}"}
         if self.kind == "ambiguous":
             # A gateway that lost the upstream answer: no service envelope, no code.
-            return _Response(502, b"502 Bad Gateway", "text/plain", headers)
+            return Response(502, b"502 Bad Gateway", "text/plain", headers)
         if self.code is not None:
             message = f"injected fault: HTTP {self.status}"
-            return _json(self.status, {"error": {"code": self.code, "message": message}}, headers)
-        return _json(self.status, {"detail": f"injected fault: HTTP {self.status}"}, headers)
-
-
-# -- the HTTP server ----------------------------------------------------------------------
-
-
-class _Server(ThreadingHTTPServer):
-    """Tracks open connections so an outage can cut keep-alive sockets too: a
-    pooled connection that kept working through an "outage" would hide exactly
-    the reconnect path a test wants to exercise."""
-
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], platform: FakePlatform) -> None:
-        self.platform = platform
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind resolves the host's FQDN, which can stall on a
-        # machine without working reverse DNS; loopback needs no name.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-
-    def track(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            self._connections.add(connection)
-
-    def untrack(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            self._connections.discard(connection)
-
-    def drop_connections(self) -> None:
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients vanishing mid-response (timeouts, outages) are routine here.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
-
-
-class _BadBody(Exception):
-    """The request body cannot be read; the connection is closed after answering."""
-
-    status = 400
-
-
-class _BodyTooLarge(_BadBody):
-    status = 413
-
-    def __init__(self) -> None:
-        super().__init__("the request body is too large")
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "FakePrimePlatform/1"
-
-    def setup(self) -> None:
-        super().setup()
-        self._fake_server().track(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self._fake_server().untrack(self.connection)
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def do_PATCH(self) -> None:
-        self._serve()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: every request is recorded on the platform instead."""
-
-    def _fake_server(self) -> _Server:
-        return cast(_Server, self.server)
-
-    def _serve(self) -> None:
-        try:
-            body = self._read_body()
-        except _BadBody as exc:
-            self.close_connection = True
-            self._write(_json(exc.status, {"detail": str(exc)}), close=True)
-            return
-        target = urlsplit(self.path)
-        request = _Request(
-            method=self.command.upper(),
-            path=target.path,
-            query=target.query,
-            headers={name.lower(): value for name, value in self.headers.items()},
-            body=body,
-        )
-        self._write(self._fake_server().platform._serve(request))
-
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return self._read_chunked()
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise _BadBody("Content-Length is not an integer") from None
-        if length > MAX_REQUEST_BYTES:
-            raise _BodyTooLarge
-        return self.rfile.read(length) if length else b""
-
-    def _read_chunked(self) -> bytes:
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            try:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-            except ValueError:
-                raise _BadBody("a chunk size is not hexadecimal") from None
-            if size == 0:
-                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(chunks)
-            total += size
-            if total > MAX_REQUEST_BYTES:
-                raise _BodyTooLarge
-            chunks.append(self.rfile.read(size))
-            self.rfile.readline()
-
-    def _write(self, response: _Response, *, close: bool = False) -> None:
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(response.body)))
-        for name, value in response.headers.items():
-            self.send_header(name, value)
-        if close:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(response.body)
-
-
-# -- traces upload decoding ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Limits:
-    line_bytes: int
-    upload_bytes: int
-    upload_lines: int
-
-
-@dataclass(frozen=True)
-class _Upload:
-    """A decoded upload whose digest matched its idempotency key."""
-
-    digest: str
-    line_format: LineFormat
-    context: dict[str, str]
-    schema_version: int
-    data: bytes
-    compressed: bool
-    team_id: str | None
-
-
-@dataclass(frozen=True)
-class _Document:
-    """One stored line: an episode or a bare trace, and the run it belongs to."""
-
-    id: str
-    run_id: str | None
-    record: JSONObject
-    trace_ids: tuple[str, ...]
-
-
-def _decode_upload(request: _Request, limits: _Limits) -> _Upload:
-    digest = _idempotency_digest(request.header("Idempotency-Key"))
-    line_format = _line_format(request.header("X-Prime-Line-Format"))
-    try:
-        parts = {part.name: part for part in _unique_parts(request)}
-    except MultipartError as exc:
-        raise _coded(400, ErrorCode.MALFORMED_ENCODING, str(exc)) from exc
-    schema_version, context = _metadata(parts.get("metadata"))
-    traces = parts.get("traces")
-    if traces is None:
-        raise _coded(400, ErrorCode.INVALID_TRACE, "the upload has no `traces` part")
-    data = _traces_bytes(traces, limits)
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise _coded(
-            400,
-            ErrorCode.DIGEST_MISMATCH,
-            f"Idempotency-Key is sha256:{digest} but the uncompressed traces are sha256:{actual}; "
-            "the key must be the digest of the exact JSONL bytes before gzip",
-        )
-    return _Upload(
-        digest=digest,
-        line_format=line_format,
-        context=context,
-        schema_version=schema_version,
-        data=data,
-        compressed=traces.content_encoding is not None,
-        team_id=request.header("X-Prime-Team-ID"),
-    )
-
-
-def _unique_parts(request: _Request) -> list[Part]:
-    parts = parse_form(request.header("Content-Type"), request.body)
-    names = [part.name for part in parts]
-    for name in ("metadata", "traces"):
-        if names.count(name) > 1:
-            code = ErrorCode.INVALID_METADATA if name == "metadata" else ErrorCode.INVALID_TRACE
-            raise _coded(400, code, f"the upload has {names.count(name)} `{name}` parts; send one")
-    return parts
-
-
-def _idempotency_digest(key: str | None) -> str:
-    match = IDEMPOTENCY_KEY.match(key or "")
-    if match is None:
-        raise _coded(
-            400,
-            ErrorCode.INVALID_IDEMPOTENCY_KEY,
-            f"Idempotency-Key must be sha256:<64 lowercase hex> of the uncompressed JSONL, "
-            f"got {key!r}",
-        )
-    return match.group(1)
-
-
-def _line_format(header: str | None) -> LineFormat:
-    if header is None or header == "trace":
-        return "trace"
-    if header == "episode":
-        return "episode"
-    raise _coded(
-        400,
-        ErrorCode.LINE_FORMAT_MISMATCH,
-        f"X-Prime-Line-Format must be `episode` or absent, got {header!r}",
-    )
-
-
-def _metadata(part: Part | None) -> tuple[int, dict[str, str]]:
-    if part is None:
-        raise _coded(400, ErrorCode.INVALID_METADATA, "the upload has no `metadata` part")
-    try:
-        metadata = json.loads(part.data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _coded(400, ErrorCode.INVALID_METADATA, f"`metadata` is not JSON: {exc}") from exc
-    if not isinstance(metadata, dict):
-        raise _coded(400, ErrorCode.INVALID_METADATA, "`metadata` must be a JSON object")
-    version = metadata.get("schema_version")
-    if version != 1:
-        raise _coded(
-            400,
-            ErrorCode.UNSUPPORTED_SCHEMA_VERSION,
-            f"schema_version {version!r} is not supported; send 1",
-        )
-    context = metadata.get("context") or {}
-    if not isinstance(context, dict) or not all(
-        isinstance(key, str) and isinstance(value, str) for key, value in context.items()
-    ):
-        raise _coded(400, ErrorCode.INVALID_METADATA, "`context` must map strings to strings")
-    return version, context
-
-
-def _traces_bytes(part: Part, limits: _Limits) -> bytes:
-    encoding = (part.content_encoding or "identity").lower()
-    if encoding == "identity":
-        data = part.data
-    elif encoding == "gzip":
-        data = _gunzip(part.data, limits.upload_bytes)
-    else:
-        raise _coded(
-            400, ErrorCode.MALFORMED_ENCODING, f"Content-Encoding {encoding!r} is not supported"
-        )
-    if len(data) > limits.upload_bytes:
-        raise _upload_too_large(limits.upload_bytes)
-    return data
-
-
-def _gunzip(data: bytes, limit: int) -> bytes:
-    """Decompressed with a ceiling, so a small bomb cannot inflate past the limit."""
-    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = decompressor.decompress(data, limit + 1)
-    except zlib.error as exc:
-        raise _coded(
-            400, ErrorCode.MALFORMED_ENCODING, f"the traces part is not gzip: {exc}"
-        ) from exc
-    if len(out) > limit:
-        raise _upload_too_large(limit)
-    if not decompressor.eof or decompressor.unused_data:
-        raise _coded(
-            400, ErrorCode.MALFORMED_ENCODING, "the gzip stream is truncated or has trailing data"
-        )
-    return out
-
-
-def _upload_too_large(limit: int) -> _Reject:
-    return _coded(
-        400,
-        ErrorCode.UPLOAD_TOO_LARGE,
-        f"the uncompressed upload exceeds {limit} bytes; split it into batches",
-    )
-
-
-def _split_lines(data: bytes, limits: _Limits) -> list[bytes]:
-    lines = [line for line in data.split(b"\n") if line.strip()]
-    if not lines:
-        raise _coded(400, ErrorCode.INVALID_TRACE, "the upload contains no lines")
-    if len(lines) > limits.upload_lines:
-        raise _coded(
-            400,
-            ErrorCode.TOO_MANY_TRACES_IN_UPLOAD,
-            f"{len(lines)} lines exceed the {limits.upload_lines}-line limit for one upload",
-        )
-    for number, line in enumerate(lines, start=1):
-        if len(line) > limits.line_bytes:
-            raise _coded(
-                400,
-                ErrorCode.TRACE_TOO_LARGE,
-                f"line {number} is {len(line)} bytes, over the {limits.line_bytes}-byte limit",
+            return json_response(
+                self.status, {"error": {"code": self.code, "message": message}}, headers
             )
-    return lines
-
-
-def _parse_documents(upload: _Upload, limits: _Limits) -> list[_Document]:
-    documents: list[_Document] = []
-    for number, line in enumerate(_split_lines(upload.data, limits), start=1):
-        record = _json_line(line, number)
-        if upload.line_format == "episode":
-            documents.append(_episode_document(record, number))
-        else:
-            documents.append(_trace_document(record, number))
-    _reject_duplicates(documents, upload.line_format)
-    return documents
-
-
-def _json_line(line: bytes, number: int) -> JSONObject:
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _coded(400, ErrorCode.MALFORMED_ENCODING, f"line {number} is not UTF-8") from exc
-    try:
-        record = _strict_json(text)
-    except ValueError as exc:
-        raise _coded(400, ErrorCode.INVALID_TRACE, f"line {number} is not JSON: {exc}") from exc
-    if not isinstance(record, dict):
-        raise _coded(400, ErrorCode.INVALID_TRACE, f"line {number} is not a JSON object")
-    return record
-
-
-def _record_id(record: JSONObject, what: str, number: int) -> str:
-    identifier = record.get("id")
-    if not isinstance(identifier, str) or not identifier:
-        raise _coded(400, ErrorCode.INVALID_TRACE, f"line {number}: {what} has no string `id`")
-    return identifier
-
-
-def _run_id(record: JSONObject) -> str | None:
-    run = record.get("run")
-    run_id = run.get("id") if isinstance(run, dict) else None
-    return run_id if isinstance(run_id, str) else None
-
-
-def _episode_document(record: JSONObject, number: int) -> _Document:
-    members = record.get("traces")
-    if not isinstance(members, list):
-        raise _coded(
-            400,
-            ErrorCode.LINE_FORMAT_MISMATCH,
-            f"line {number} has no `traces` list but the upload declares episode lines",
+        return json_response(
+            self.status, {"detail": f"injected fault: HTTP {self.status}"}, headers
         )
-    episode_id = _record_id(record, "the episode", number)
-    run_id = _run_id(record)
-    trace_ids: list[str] = []
-    for member in members:
-        if not isinstance(member, dict):
-            raise _coded(
-                400, ErrorCode.INVALID_TRACE, f"line {number}: a member trace is not an object"
-            )
-        trace_id = _record_id(member, "a member trace", number)
-        if _run_id(member) != run_id:
-            raise _coded(
-                400,
-                ErrorCode.INVALID_TRACE,
-                f"line {number}: member trace {trace_id!r} has run.id {_run_id(member)!r} but its "
-                f"episode has {run_id!r}; the run is read from each trace, so stamp it on every "
-                "member trace",
-            )
-        trace_ids.append(trace_id)
-    return _Document(episode_id, run_id, record, tuple(trace_ids))
-
-
-def _trace_document(record: JSONObject, number: int) -> _Document:
-    if isinstance(record.get("traces"), list):
-        raise _coded(
-            400,
-            ErrorCode.LINE_FORMAT_MISMATCH,
-            f"line {number} is an episode; send episode lines with X-Prime-Line-Format: episode",
-        )
-    trace_id = _record_id(record, "the trace", number)
-    return _Document(trace_id, _run_id(record), record, (trace_id,))
-
-
-def _reject_duplicates(documents: list[_Document], line_format: LineFormat) -> None:
-    if line_format == "episode":
-        _first_duplicate(
-            [document.id for document in documents], ErrorCode.DUPLICATE_EPISODE_ID, "episode"
-        )
-    trace_ids = [trace_id for document in documents for trace_id in document.trace_ids]
-    _first_duplicate(trace_ids, ErrorCode.DUPLICATE_TRACE_ID, "trace")
-
-
-def _first_duplicate(identifiers: list[str], code: ErrorCode, what: str) -> None:
-    seen: set[str] = set()
-    for identifier in identifiers:
-        if identifier in seen:
-            raise _coded(400, code, f"{what} id {identifier!r} appears twice in one upload")
-        seen.add(identifier)
 
 
 # -- request-body helpers for the platform API ---------------------------------------------
@@ -691,67 +183,74 @@ def _first_duplicate(identifiers: list[str], code: ErrorCode, what: str) -> None
 def _required_str(body: JSONObject, key: str) -> str:
     value = body.get(key)
     if not isinstance(value, str) or not value:
-        raise _unprocessable(f"`{key}` is required and must be a non-empty string")
+        raise unprocessable(f"`{key}` is required and must be a non-empty string")
     return value
 
 
 def _optional_str(body: JSONObject, key: str) -> str | None:
     value = body.get(key)
     if value is not None and not isinstance(value, str):
-        raise _unprocessable(f"`{key}` must be a string")
+        raise unprocessable(f"`{key}` must be a string")
     return value
 
 
 def _optional_object(body: JSONObject, key: str) -> JSONObject | None:
     value = body.get(key)
     if value is not None and not isinstance(value, dict):
-        raise _unprocessable(f"`{key}` must be a JSON object")
+        raise unprocessable(f"`{key}` must be a JSON object")
     return value
 
 
 def _required_int(body: JSONObject, key: str) -> int:
     value = body.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _unprocessable(f"`{key}` is required and must be an integer")
+        raise unprocessable(f"`{key}` is required and must be an integer")
     return value
 
 
 def _environment_refs(value: Any, *, required: bool) -> list[JSONObject]:
     if not isinstance(value, list) or (required and not value):
-        raise _unprocessable(
-            "`environments` must be a list of {id} objects with at least one entry"
-        )
+        raise unprocessable("`environments` must be a list of {id} objects with at least one entry")
     for entry in value:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
-            raise _unprocessable(f"environment reference {entry!r} has no string `id`")
+            raise unprocessable(f"environment reference {entry!r} has no string `id`")
     return [dict(entry) for entry in value]
 
 
 def _error_message(body: JSONObject) -> str | None:
     message = _optional_str(body, "error_message")
     if message is not None and len(message) > MAX_ERROR_MESSAGE_CHARS:
-        raise _unprocessable(f"`error_message` exceeds {MAX_ERROR_MESSAGE_CHARS} characters")
+        raise unprocessable(f"`error_message` exceeds {MAX_ERROR_MESSAGE_CHARS} characters")
     return message
 
 
-def _query_int(request: _Request, name: str, default: int) -> int:
+def _query_int(request: Request, name: str, default: int) -> int:
     raw = request.param(name)
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError as exc:
-        raise _unprocessable(f"query parameter `{name}` must be an integer") from exc
+        raise unprocessable(f"query parameter `{name}` must be an integer") from exc
     if value < 0:
-        raise _unprocessable(f"query parameter `{name}` must not be negative")
+        raise unprocessable(f"query parameter `{name}` must not be negative")
     return value
+
+
+def _upsert_step(rows: list[JSONObject], row: JSONObject) -> None:
+    step = row.get("step")
+    for index, existing in enumerate(rows):
+        if step is not None and existing.get("step") == step:
+            rows[index] = row
+            return
+    rows.append(row)
 
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:20]}"
 
 
-_RouteHandler = Callable[[_Request, "re.Match[str]"], _Response]
+_RouteHandler = Callable[[Request, "re.Match[str]"], Response]
 
 
 @dataclass(frozen=True)
@@ -801,7 +300,7 @@ class FakePlatform:
         self._port = port
         self._lock = threading.RLock()
         self._server_lock = threading.Lock()
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._outage = False
         self._latency = 0.0
@@ -875,13 +374,13 @@ class FakePlatform:
         thread.start()
         self._server, self._thread = server, thread
 
-    def _bind(self, port: int) -> _Server:
+    def _bind(self, port: int) -> Server:
         """Reopening after an outage must get the same port back; a socket from
         the previous server may take a moment to release it."""
         deadline = time.monotonic() + 5.0
         while True:
             try:
-                return _Server((self._host, port), self)
+                return Server((self._host, port), self._serve)
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE or not port or time.monotonic() > deadline:
                     raise
@@ -952,7 +451,7 @@ class FakePlatform:
         with self._lock:
             self._faults.append(fault)
 
-    def _take_fault(self, request: _Request) -> _Fault | None:
+    def _take_fault(self, request: Request) -> _Fault | None:
         with self._lock:
             for fault in self._faults:
                 if fault.remaining > 0 and fault.matches(request):
@@ -1070,7 +569,7 @@ class FakePlatform:
 
     # -- dispatch --------------------------------------------------------------------
 
-    def _serve(self, request: _Request) -> _Response:
+    def _serve(self, request: Request) -> Response:
         with self._lock:
             latency = self._latency
         if latency:
@@ -1085,18 +584,20 @@ class FakePlatform:
         self._record(request, response, fault)
         return response
 
-    def _act(self, request: _Request) -> _Response:
+    def _act(self, request: Request) -> Response:
         try:
             route, match = self._route(request)
             self._authenticate(route, request)
             return route.handle(request, match)
-        except _Reject as rejection:
+        except Reject as rejection:
             return rejection.response
         except Exception as exc:  # a bug in the fake must read as one, not as a dropped socket
             traceback.print_exc()
-            return _json(500, {"detail": f"fake platform error: {type(exc).__name__}: {exc}"})
+            return json_response(
+                500, {"detail": f"fake platform error: {type(exc).__name__}: {exc}"}
+            )
 
-    def _route(self, request: _Request) -> tuple[_Route, re.Match[str]]:
+    def _route(self, request: Request) -> tuple[_Route, re.Match[str]]:
         allowed: list[str] = []
         for route in self._routes:
             match = route.pattern.match(request.path)
@@ -1106,22 +607,22 @@ class FakePlatform:
                 return route, match
             allowed.append(route.method)
         if allowed:
-            raise _Reject(
-                _json(405, {"detail": "Method Not Allowed"}, {"Allow": ", ".join(allowed)})
+            raise Reject(
+                json_response(405, {"detail": "Method Not Allowed"}, {"Allow": ", ".join(allowed)})
             )
-        raise _not_found(f"{request.method} {request.path}")
+        raise not_found(f"{request.method} {request.path}")
 
-    def _authenticate(self, route: _Route, request: _Request) -> None:
+    def _authenticate(self, route: _Route, request: Request) -> None:
         if route.service == "storage":
             return
         if request.header("Authorization") == f"Bearer {self.api_key}":
             return
         message = "missing or invalid API key"
         if route.service == "traces":
-            raise _coded(401, ErrorCode.UNAUTHENTICATED, message)
-        raise _detail(401, message)
+            raise coded(401, ErrorCode.UNAUTHENTICATED, message)
+        raise detail(401, message)
 
-    def _record(self, request: _Request, response: _Response, fault: _Fault | None) -> None:
+    def _record(self, request: Request, response: Response, fault: _Fault | None) -> None:
         recorded = RecordedRequest(
             method=request.method,
             path=request.path,
@@ -1173,7 +674,7 @@ class FakePlatform:
 
     # -- environments ----------------------------------------------------------------
 
-    def _resolve_environment(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _resolve_environment(self, request: Request, match: re.Match[str]) -> Response:
         """Get-or-create by name within a team: a replay returns the same id."""
         body = request.json_object()
         name = _required_str(body, "name")
@@ -1184,19 +685,19 @@ class FakePlatform:
                 environment_id = _new_id("env_")
                 self._named_environments[(team_id, name)] = environment_id
                 self._environment_names[environment_id] = name
-        return _json(200, {"data": {"id": environment_id, "name": name}})
+        return json_response(200, {"data": {"id": environment_id, "name": name}})
 
-    def _latest_environment(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _latest_environment(self, request: Request, match: re.Match[str]) -> Response:
         slug = f"{match['owner']}/{match['name']}"
         with self._lock:
             environment_id = self._published_environments.get(slug)
         if environment_id is None:
-            raise _not_found(f"Environment {slug}")
-        return _json(200, {"data": {"id": environment_id, "name": match["name"]}})
+            raise not_found(f"Environment {slug}")
+        return json_response(200, {"data": {"id": environment_id, "name": match["name"]}})
 
     # -- evaluations -----------------------------------------------------------------
 
-    def _create_evaluation(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _create_evaluation(self, request: Request, match: re.Match[str]) -> Response:
         body = request.json_object()
         name = _required_str(body, "name")
         environments = _environment_refs(body.get("environments"), required=True)
@@ -1212,7 +713,7 @@ class FakePlatform:
         )
         with self._lock:
             self._runs[run.id] = run
-        return _json(
+        return json_response(
             201,
             {
                 "evaluation_id": run.id,
@@ -1222,7 +723,7 @@ class FakePlatform:
             },
         )
 
-    def _list_evaluations(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _list_evaluations(self, request: Request, match: re.Match[str]) -> Response:
         environment_name = request.param("environment_name")
         team_id = request.param("team_id")
         skip = _query_int(request, "skip", 0)
@@ -1236,21 +737,21 @@ class FakePlatform:
                 and (environment_name is None or environment_name in self._names_of(run))
             ]
             page = [self._evaluation_view(run) for run in matching[skip : skip + limit]]
-        return _json(
+        return json_response(
             200, {"evaluations": page, "total": len(matching), "skip": skip, "limit": limit}
         )
 
-    def _get_evaluation(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _get_evaluation(self, request: Request, match: re.Match[str]) -> Response:
         with self._lock:
-            return _json(200, self._evaluation_view(self._evaluation(match["run_id"])))
+            return json_response(200, self._evaluation_view(self._evaluation(match["run_id"])))
 
-    def _update_evaluation(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _update_evaluation(self, request: Request, match: re.Match[str]) -> Response:
         """A status closes the run (409 when it is already closed, which rejects
         the whole update); ``metadata`` replaces the document, ``metrics`` too."""
         body = request.json_object()
         status = body.get("status")
         if status is not None and status not in ("FAILED", "CANCELLED"):
-            raise _unprocessable(f"`status` must be FAILED or CANCELLED, got {status!r}")
+            raise unprocessable(f"`status` must be FAILED or CANCELLED, got {status!r}")
         error_message = _error_message(body)
         metadata = _optional_object(body, "metadata")
         metrics = _optional_object(body, "metrics")
@@ -1262,37 +763,37 @@ class FakePlatform:
                 run.metadata = copy.deepcopy(metadata)
             if metrics is not None:
                 run.metrics = copy.deepcopy(metrics)
-            return _json(200, self._evaluation_view(run))
+            return json_response(200, self._evaluation_view(run))
 
-    def _finalize_evaluation(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _finalize_evaluation(self, request: Request, match: re.Match[str]) -> Response:
         metrics = _optional_object(request.json_object(), "metrics")
         with self._lock:
             run = self._evaluation(match["run_id"])
             run.finalize_calls += 1
             if run.closed:
-                raise _detail(409, f"Evaluation {run.id} is already {run.status}")
+                raise detail(409, f"Evaluation {run.id} is already {run.status}")
             run.status = "COMPLETED"
             if metrics:
                 run.metrics = copy.deepcopy(metrics)
-        return _json(200, {"evaluation_id": run.id, "status": run.status})
+        return json_response(200, {"evaluation_id": run.id, "status": run.status})
 
-    def _push_samples(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _push_samples(self, request: Request, match: re.Match[str]) -> Response:
         if len(request.body) > self.max_samples_request_bytes:
-            raise _detail(
+            raise detail(
                 413, f"a samples request is limited to {self.max_samples_request_bytes} bytes"
             )
         samples = request.json_object().get("samples")
         if not isinstance(samples, list) or not all(isinstance(row, dict) for row in samples):
-            raise _unprocessable("`samples` must be a list of objects")
+            raise unprocessable("`samples` must be a list of objects")
         with self._lock:
             run = self._evaluation(match["run_id"])
             self._samples.setdefault(run.id, []).extend(samples)
-        return _json(200, {"samples_pushed": len(samples)})
+        return json_response(200, {"samples_pushed": len(samples)})
 
     def _evaluation(self, run_id: str) -> FakeRun:
         run = self._runs.get(run_id)
         if run is None or run.kind != "eval":
-            raise _not_found(f"Evaluation {run_id}")
+            raise not_found(f"Evaluation {run_id}")
         return run
 
     def _close_run(self, run: FakeRun, status: RunStatus, error_message: str | None) -> None:
@@ -1301,7 +802,7 @@ class FakePlatform:
         run.status_updates.append(update)
         if run.closed:
             update["answered"] = 409
-            raise _detail(409, f"Run {run.id} is already {run.status}")
+            raise detail(409, f"Run {run.id} is already {run.status}")
         update["answered"] = 200
         run.status = status
         run.error_message = error_message
@@ -1336,40 +837,40 @@ class FakePlatform:
 
     # -- Prime Traces ----------------------------------------------------------------
 
-    def _upload_traces(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _upload_traces(self, request: Request, match: re.Match[str]) -> Response:
         """Content-addressed and all-or-nothing: validated in full before
         anything is stored, and the same bytes again replay the receipt."""
         if self.service_not_enabled:
-            raise _coded(
+            raise coded(
                 403,
                 ErrorCode.SERVICE_NOT_ENABLED,
                 "Prime Traces is not enabled for this account",
             )
-        limits = _Limits(self.max_line_bytes, self.max_upload_bytes, self.max_upload_lines)
-        upload = _decode_upload(request, limits)
+        limits = Limits(self.max_line_bytes, self.max_upload_bytes, self.max_upload_lines)
+        upload = decode_upload(request, limits)
         with self._lock:
             if upload.digest in self._uploads:
                 return self._replay(upload)
-        documents = _parse_documents(upload, limits)
+        documents = parse_documents(upload, limits)
         with self._lock:
             if upload.digest in self._uploads:
                 return self._replay(upload)
             self._commit(upload, documents)
-        return _json(201, {"upload_id": upload.digest, "status": "committed"})
+        return json_response(201, {"upload_id": upload.digest, "status": "committed"})
 
-    def _replay(self, upload: _Upload) -> _Response:
+    def _replay(self, upload: Upload) -> Response:
         committed = self._uploads[upload.digest]
         if committed.line_format != upload.line_format:
-            raise _coded(
+            raise coded(
                 409,
                 ErrorCode.LINE_FORMAT_CONFLICT,
                 f"upload {upload.digest} was committed as {committed.line_format} lines; "
                 f"it cannot be replayed as {upload.line_format} lines",
             )
         committed.replays += 1
-        return _json(201, {"upload_id": committed.id, "status": "committed"})
+        return json_response(201, {"upload_id": committed.id, "status": "committed"})
 
-    def _commit(self, upload: _Upload, documents: list[_Document]) -> None:
+    def _commit(self, upload: Upload, documents: list[Document]) -> None:
         store = self._episodes if upload.line_format == "episode" else self._traces
         for document in documents:
             store.setdefault(document.run_id, {})[document.id] = document.record
@@ -1392,13 +893,13 @@ class FakePlatform:
 
     # -- external training runs (RFT) ------------------------------------------------
 
-    def _create_training_run(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _create_training_run(self, request: Request, match: re.Match[str]) -> Response:
         body = request.json_object()
         team_id = _optional_str(body, "team_id")
         if not team_id:
-            raise _unprocessable("`team_id` is required: external training runs belong to a team")
+            raise unprocessable("`team_id` is required: external training runs belong to a team")
         if self.allowed_teams is not None and team_id not in self.allowed_teams:
-            raise _detail(403, f"team {team_id} is not enabled for external training runs")
+            raise detail(403, f"team {team_id} is not enabled for external training runs")
         base_model = _required_str(body, "base_model")
         _required_int(body, "max_steps")
         run_id = _new_id("run_")
@@ -1413,9 +914,9 @@ class FakePlatform:
         )
         with self._lock:
             self._runs[run.id] = run
-        return _json(201, {"run": {"id": run.id, "name": run.name}})
+        return json_response(201, {"run": {"id": run.id, "name": run.name}})
 
-    def _get_training_run(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _get_training_run(self, request: Request, match: re.Match[str]) -> Response:
         with self._lock:
             run = self._training_run(match["run_id"])
             view = {
@@ -1426,41 +927,31 @@ class FakePlatform:
                 "team_id": run.team_id,
                 "created_at": run.created_at.isoformat(),
             }
-        return _json(200, {"run": view})
+        return json_response(200, {"run": view})
 
-    def _training_status(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _training_status(self, request: Request, match: re.Match[str]) -> Response:
         body = request.json_object()
         status = body.get("status")
         if status not in ("completed", "failed"):
-            raise _unprocessable(f"`status` must be completed or failed, got {status!r}")
+            raise unprocessable(f"`status` must be completed or failed, got {status!r}")
         error_message = _optional_str(body, "error_message")
         with self._lock:
             run = self._training_run(match["run_id"])
             self._close_run(run, "COMPLETED" if status == "completed" else "FAILED", error_message)
-        return _json(200, {"run": {"id": run.id, "status": status}})
+        return json_response(200, {"run": {"id": run.id, "status": status}})
 
-    def _training_metrics_row(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _training_metrics_row(self, request: Request, match: re.Match[str]) -> Response:
         """One row per step: a replayed step replaces its row rather than adding one."""
         body = request.json_object()
         metrics = _optional_object(body, "metrics")
         if metrics is None:
-            raise _unprocessable("`metrics` is required")
+            raise unprocessable("`metrics` is required")
         with self._lock:
             run = self._training_run(_required_str(body, "run_id"))
-            rows = self._training_metrics.setdefault(run.id, [])
-            step = metrics.get("step")
-            same_step = [
-                index
-                for index, row in enumerate(rows)
-                if step is not None and row.get("step") == step
-            ]
-            if same_step:
-                rows[same_step[0]] = copy.deepcopy(metrics)
-            else:
-                rows.append(copy.deepcopy(metrics))
-        return _json(200, {"run_id": run.id, "step": step})
+            _upsert_step(self._training_metrics.setdefault(run.id, []), copy.deepcopy(metrics))
+        return json_response(200, {"run_id": run.id, "step": metrics.get("step")})
 
-    def _finalize_training_run(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _finalize_training_run(self, request: Request, match: re.Match[str]) -> Response:
         """Compare-and-set: finalizing a run that is already closed is a success."""
         body = request.json_object()
         exit_code = body.get("exit_code", 0)
@@ -1469,9 +960,9 @@ class FakePlatform:
             run.finalize_calls += 1
             if not run.closed:
                 run.status = "COMPLETED" if exit_code == 0 else "FAILED"
-            return _json(200, {"run_id": run.id, "status": run.status.lower()})
+            return json_response(200, {"run_id": run.id, "status": run.status.lower()})
 
-    def _presign_samples(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _presign_samples(self, request: Request, match: re.Match[str]) -> Response:
         body = request.json_object()
         step = _required_int(body, "step")
         with self._lock:
@@ -1480,19 +971,19 @@ class FakePlatform:
             signature = secrets.token_hex(16)
             self._presigned[key] = (signature, run.id, step)
         url = f"{self.url}/storage/{quote(key)}?signature={signature}"
-        return _json(200, {"data": {"presignedUrl": url, "s3Key": key}})
+        return json_response(200, {"data": {"presignedUrl": url, "s3Key": key}})
 
-    def _store_object(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _store_object(self, request: Request, match: re.Match[str]) -> Response:
         """The bucket behind presigned URLs: no bearer token, the signature is the grant."""
         key = unquote(match["key"])
         with self._lock:
             grant = self._presigned.get(key)
             if grant is None or request.param("signature") != grant[0]:
-                return _Response(403, b"AccessDenied: the signature does not match", "text/plain")
+                return Response(403, b"AccessDenied: the signature does not match", "text/plain")
             self._objects[key] = request.body
-        return _Response(200)
+        return Response(200)
 
-    def _confirm_samples(self, request: _Request, match: re.Match[str]) -> _Response:
+    def _confirm_samples(self, request: Request, match: re.Match[str]) -> Response:
         body = request.json_object()
         step = _required_int(body, "step")
         key = _required_str(body, "s3_key")
@@ -1500,19 +991,19 @@ class FakePlatform:
             run = self._training_run(_required_str(body, "run_id"))
             grant = self._presigned.get(key)
             if grant is None or grant[1:] != (run.id, step):
-                raise _detail(400, f"{key} was not presigned for run {run.id} step {step}")
+                raise detail(400, f"{key} was not presigned for run {run.id} step {step}")
             data = self._objects.get(key)
             if data is None:
-                raise _not_found(f"object {key}")
+                raise not_found(f"object {key}")
             confirmed = self._step_samples.setdefault(run.id, [])
             if all(existing.s3_key != key for existing in confirmed):
                 confirmed.append(FakeStepSamples(run.id, step, key, data))
-        return _json(200, {"status": "confirmed", "s3_key": key})
+        return json_response(200, {"status": "confirmed", "s3_key": key})
 
     def _training_run(self, run_id: str) -> FakeRun:
         run = self._runs.get(run_id)
         if run is None or run.kind != "train":
-            raise _not_found(f"Run {run_id}")
+            raise not_found(f"Run {run_id}")
         return run
 
 
