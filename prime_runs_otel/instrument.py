@@ -251,6 +251,9 @@ def record_episode(tracer: Tracer, episode: Any, *, capture_content: bool | None
     trace_windows = [_trace_window(_mapping(item)) for item in traces]
     window = _episode_window(trace_windows)
     span = tracer.start_span(_episode_name(record), start_time=window[0])
+    if not span.is_recording():  # sampled out, or no SDK behind the tracer
+        span.end(end_time=window[1])
+        return str(record["id"])
     try:
         parent = trace_api.set_span_in_context(span)
         for item, trace_window in zip(traces, trace_windows, strict=True):

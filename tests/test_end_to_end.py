@@ -65,6 +65,7 @@ def test_eval_run_lands_on_platform_once(online: FakePlatform, wire_episode: Any
     }
     stored = online.episodes(platform_run.id)
     assert sorted(episode["id"] for episode in stored) == sorted(r["id"] for r in records)
+    assert set(online.episode_deliveries(platform_run.id).values()) == {1}
     for episode in stored:
         assert episode["run"]["id"] == platform_run.id
         assert all(trace["run"]["id"] == platform_run.id for trace in episode["traces"])

@@ -73,7 +73,7 @@ def sdk_env(fake: FakePlatform, monkeypatch: pytest.MonkeyPatch) -> FakePlatform
 
 
 @pytest.fixture(scope="session")
-def wire_episode() -> Callable[[dict[str, Any]], Any]:
+def load_wire_episode() -> Callable[[dict[str, Any]], Any]:
     """verifiers is slow to import, so it is imported once and only when asked for."""
     from verifiers.v1 import WireEpisode
 
@@ -188,10 +188,10 @@ def test_eval_run_through_prime_traces_stores_every_episode_once(sdk_env: FakePl
 
 
 def test_opted_out_run_sends_verifiers_episodes_to_the_legacy_table(
-    sdk_env: FakePlatform, wire_episode: Callable[[dict[str, Any]], Any]
+    sdk_env: FakePlatform, load_wire_episode: Callable[[dict[str, Any]], Any]
 ) -> None:
     run = open_run(traces_opt_out=True)
-    run.log_episodes([wire_episode(episode_record(index)) for index in range(3)])
+    run.log_episodes([load_wire_episode(episode_record(index)) for index in range(3)])
     run.finish()
 
     rows = sdk_env.samples(run.id)
@@ -204,11 +204,11 @@ def test_opted_out_run_sends_verifiers_episodes_to_the_legacy_table(
 
 
 def test_service_not_enabled_makes_prime_runs_fall_back_to_samples(
-    sdk_env: FakePlatform, wire_episode: Callable[[dict[str, Any]], Any]
+    sdk_env: FakePlatform, load_wire_episode: Callable[[dict[str, Any]], Any]
 ) -> None:
     sdk_env.service_not_enabled = True
     run = open_run()
-    run.log_episodes([wire_episode(episode_record(index)) for index in range(2)])
+    run.log_episodes([load_wire_episode(episode_record(index)) for index in range(2)])
     run.finish()
 
     assert [request.status for request in calls(sdk_env, "POST", "/traces")] == [403]

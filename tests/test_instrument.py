@@ -17,6 +17,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode, Tracer
 
 from prime_runs_otel import semconv as sc
@@ -602,6 +603,19 @@ def test_records_flow_through_a_batch_processor() -> None:
     }
     assert arrived == {record["id"]: record for record in records}
     assert {view.resource[sc.RUN_ID] for view in views} == {"batch-run"}
+
+
+def test_a_sampled_out_episode_emits_nothing_but_is_still_checked() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF, resource=run_resource())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests")
+
+    assert record_episode(tracer, hand_record()) == "episode-1"
+    assert exporter.get_finished_spans() == ()
+    with pytest.raises(RecordError):
+        record_episode(tracer, {"id": "no-traces"})
+    provider.shutdown()
 
 
 # ---------------------------------------------------------------------------

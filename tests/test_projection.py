@@ -24,6 +24,7 @@ from prime_runs_otel.projection import (
     SummaryAccumulator,
     _BuiltinSum,
     batch_sample_rows,
+    encode_sample_batches,
     encode_samples_body,
     episode_sample_rows,
     rollout_key,
@@ -401,6 +402,8 @@ def test_row_too_large_alone_raises_instead_of_dropping(
         batch_sample_rows(small + rows)
     assert record["id"] in str(raised.value) and "sample row 1 " in str(raised.value)
     assert isinstance(raised.value, ValueError)
+    with pytest.raises(SampleTooLargeError):
+        encode_sample_batches(rows)
     with pytest.raises(ValueError):
         batch_samples(build_samples([wire_episode(record)]))
 
@@ -418,7 +421,8 @@ def test_batches_and_body_match_the_oracle(wire_episode: Callable[[Record], Any]
         body = encode_samples_body(batch)
         assert body == encode({"samples": oracle_batch}).encode()
         assert len(body) <= MAX_SAMPLES_PAYLOAD_BYTES
-    assert batch_sample_rows([]) == []
+    assert encode_sample_batches(rows) == [encode_samples_body(batch) for batch in batches]
+    assert batch_sample_rows([]) == [] and encode_sample_batches([]) == []
 
 
 # --- summary ------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ class _Fault:
         )
 
 
-# -- request-body helpers for the platform API ---------------------------------------------
+# -- reading platform API request bodies -------------------------------------------------
 
 
 def _required_str(body: JSONObject, key: str) -> str:

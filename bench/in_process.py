@@ -1,0 +1,273 @@
+"""In-process benchmark, side by side with the prime-runs SDK on the same work.
+
+Each side runs in its own fresh subprocess (so CPU time and peak RSS are its
+own) against one fake platform on loopback, interleaved over several rounds:
+
+- otel:  start_run → record_episode → BatchSpanProcessor → exporter → spool →
+         uploader → platform, then finish()
+- sdk:   prime_runs.init → log_episodes → finish (the direct path)
+
+Printed: a table per side, the ratio otel/sdk of every figure, the machine,
+and one closing line per figure: ``name value unit``.
+
+    python bench/in_process.py [--episodes 2000] [--rounds 3] [--size 8000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from importlib import metadata
+from typing import Any
+
+CHILD_FLAG = "--child"
+
+
+# -- child side: one measured run -------------------------------------------
+
+
+def _cpu_of_threads() -> dict[str, float]:
+    """CPU seconds per thread name (Linux: /proc/self/task/*/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / ticks
+        name = names.get(int(task), f"tid-{task}")
+        out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
+def child_otel(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    import prime_runs_otel
+    from prime_runs_otel.exporter import PrimeRunsSpanExporter
+
+    export_times: list[float] = []
+    original = PrimeRunsSpanExporter.export
+
+    def timed_export(self: PrimeRunsSpanExporter, spans: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(self, spans)
+        finally:
+            export_times.append(time.perf_counter() - started)
+
+    PrimeRunsSpanExporter.export = timed_export  # type: ignore[method-assign]
+    recorded_at: dict[str, float] = {}
+    cpu0 = time.process_time()
+    wall0 = time.perf_counter()
+    run = prime_runs_otel.start_run(
+        name="bench-otel", model="bench/model", environments=["bench-env"], framework="bench"
+    )
+    producer_cpu0 = time.thread_time()
+    for episode in episodes:
+        recorded_at[episode["id"]] = time.time()
+        run.record_episode(episode)
+    producer_cpu = time.thread_time() - producer_cpu0
+    record_wall = time.perf_counter() - wall0
+    threads_before_finish = _cpu_of_threads()
+    result = run.finish(timeout=600)
+    wall = time.perf_counter() - wall0
+    cpu = time.process_time() - cpu0
+    threads = {**threads_before_finish, **_cpu_of_threads()}
+    return {
+        "wall": wall,
+        "record_wall": record_wall,
+        "cpu": cpu,
+        "producer_cpu": producer_cpu,
+        "exporter_cpu": sum(cpu for name, cpu in threads.items() if name.startswith("OtelBatch")),
+        "uploader_cpu": threads.get("prime-runs-otel-uploader", 0.0),
+        "export_ms": [t * 1000 for t in export_times],
+        "stored": result.episodes,
+        "closed": result.closed,
+        "platform_id": result.platform_id,
+        "recorded_at": recorded_at,
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+
+
+def child_sdk(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    import prime_runs
+
+    recorded_at: dict[str, float] = {}
+    cpu0 = time.process_time()
+    wall0 = time.perf_counter()
+    run = prime_runs.init(
+        name="bench-sdk", model="bench/model", environments=["bench-env"], framework="bench"
+    )
+    producer_cpu0 = time.thread_time()
+    for episode in episodes:
+        recorded_at[episode["id"]] = time.time()
+        run.log_episodes([episode])
+    producer_cpu = time.thread_time() - producer_cpu0
+    record_wall = time.perf_counter() - wall0
+    run.finish()
+    wall = time.perf_counter() - wall0
+    cpu = time.process_time() - cpu0
+    return {
+        "wall": wall,
+        "record_wall": record_wall,
+        "cpu": cpu,
+        "producer_cpu": producer_cpu,
+        "exporter_cpu": 0.0,
+        "uploader_cpu": cpu - producer_cpu,
+        "export_ms": [],
+        "stored": len(episodes),
+        "closed": True,
+        "platform_id": run.id,
+        "recorded_at": recorded_at,
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+
+
+def child_main(side: str, count: int, size: int, seed: int) -> None:
+    from prime_runs_otel.synthetic import synthetic_episodes
+
+    episodes = list(synthetic_episodes(count, seed=seed, target_bytes=size))
+    measure = child_otel if side == "otel" else child_sdk
+    print(json.dumps(measure(episodes)))
+
+
+# -- parent side -------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as spool:
+        child_env = {**env, "PRIME_RUNS_OTEL_DIR": spool}
+        done = subprocess.run(
+            [sys.executable, __file__, CHILD_FLAG, side, str(args.episodes), str(args.size),
+             str(seed)],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"{side} run failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def latencies(fake: Any, measured: dict[str, Any]) -> list[float]:
+    """record_episode → the platform's receipt of the upload holding it."""
+    received: dict[str, float] = {}
+    uploads = fake.uploads() if callable(fake.uploads) else fake.uploads
+    for upload in uploads:
+        if measured["platform_id"] not in upload.run_ids:
+            continue
+        for episode_id in upload.record_ids:
+            received.setdefault(episode_id, upload.received_at)
+    return [
+        received[episode_id] - at
+        for episode_id, at in measured["recorded_at"].items()
+        if episode_id in received
+    ]
+
+
+def summarize(fake: Any, samples: list[dict[str, Any]], episodes: int) -> dict[str, float]:
+    lat = [value for sample in samples for value in latencies(fake, sample)]
+    exports = [value for sample in samples for value in sample["export_ms"]]
+    mean = statistics.mean
+    return {
+        "episodes_per_s": mean(episodes / s["wall"] for s in samples),
+        "cpu_ms_per_episode": mean(1000 * s["cpu"] / episodes for s in samples),
+        "producer_cpu_ms_per_episode": mean(1000 * s["producer_cpu"] / episodes for s in samples),
+        "exporter_cpu_ms_per_episode": mean(1000 * s["exporter_cpu"] / episodes for s in samples),
+        "uploader_cpu_ms_per_episode": mean(1000 * s["uploader_cpu"] / episodes for s in samples),
+        "export_p50_ms": percentile(exports, 0.5),
+        "export_p99_ms": percentile(exports, 0.99),
+        "export_max_ms": max(exports) if exports else float("nan"),
+        "dropped": mean(episodes - s["stored"] for s in samples),
+        "peak_rss_mb": max(s["maxrss_kb"] for s in samples) / 1024,
+        "latency_p50_ms": 1000 * percentile(lat, 0.5),
+        "latency_p99_ms": 1000 * percentile(lat, 0.99),
+    }
+
+
+UNITS = {
+    "episodes_per_s": "episodes/s",
+    "peak_rss_mb": "MiB",
+    "dropped": "episodes",
+}
+
+
+def machine() -> str:
+    versions = []
+    for package in ("prime-runs-otel", "prime-runs", "prime-traces", "opentelemetry-sdk"):
+        try:
+            versions.append(f"{package}=={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} (not installed)")
+    return (
+        f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.machine()}; " + ", ".join(versions)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", type=int, default=8000, help="bytes per episode record")
+    args = parser.parse_args()
+
+    from prime_runs_otel.testing import FakePlatform
+
+    print(machine())
+    print(f"work: {args.episodes} episodes of ~{args.size} bytes, {args.rounds} interleaved rounds")
+    with FakePlatform() as fake:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))},
+            **fake.client_env(),
+        }
+        results: dict[str, list[dict[str, Any]]] = {"otel": [], "sdk": []}
+        for round_number in range(args.rounds):
+            for side in ("otel", "sdk") if round_number % 2 == 0 else ("sdk", "otel"):
+                results[side].append(run_side(side, args, env, seed=round_number))
+                print(f"  round {round_number + 1}: {side} done", file=sys.stderr)
+        figures = {side: summarize(fake, samples, args.episodes) for side, samples in results.items()}
+
+    names = list(figures["otel"])
+    print(f"\n{'figure':<32} {'otel':>12} {'sdk':>12} {'otel/sdk':>9}")
+    for name in names:
+        ours, theirs = figures["otel"][name], figures["sdk"][name]
+        ratio = ours / theirs if theirs else float("nan")
+        print(f"{name:<32} {ours:>12.3f} {theirs:>12.3f} {ratio:>9.2f}")
+    print()
+    for side in ("otel", "sdk"):
+        for name in names:
+            unit = UNITS.get(name, "ms" if name.endswith("_ms") or "_ms_" in name else "")
+            print(f"in_process.{side}.{name} {figures[side][name]:.4f} {unit}".rstrip())
+    for name in names:
+        theirs = figures["sdk"][name]
+        if theirs:
+            print(f"in_process.ratio.{name} {figures['otel'][name] / theirs:.3f} x")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
+        child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        main()
