@@ -457,7 +457,7 @@ class _ScoredTotals:
             if value is not None:
                 values[name] = float(value)
         for name, value in values.items():
-            self.sums[name] = value + self.sums.get(name, 0.0) + 0.0
+            self.sums[name] = self.sums.get(name, 0.0) + value
             self.counts[name] = self.counts.get(name, 0) + 1
 
     def averages(self) -> tuple[float, dict[str, float]]:

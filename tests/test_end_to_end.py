@@ -190,3 +190,51 @@ def test_same_rows_and_summary_as_prime_runs_sdk(
     sdk_metrics = dict(sdk_platform.metrics)
     our_metrics = dict(our_platform.metrics)
     assert our_metrics == sdk_metrics
+
+
+def _create_platform_run(platform: FakePlatform, name: str) -> str:
+    import httpx
+
+    answer = httpx.post(
+        f"{platform.url}/api/v1/evaluations/",
+        json={"name": name, "environments": [{"id": "env-launcher"}], "tags": []},
+        headers={"Authorization": "Bearer test-key"},
+    )
+    answer.raise_for_status()
+    return str(answer.json()["evaluation_id"])
+
+
+def test_attached_run_is_streamed_into_and_completed(online: FakePlatform) -> None:
+    platform_id = _create_platform_run(online, "launched")
+    records = list(synthetic_episodes(12))
+    result = _run_eval(records, attach=platform_id, environments=[])
+
+    assert result.platform_id == platform_id and result.closed
+    assert len(online.runs()) == 1, "an attached run is never created again"
+    attached = online.run(platform_id)
+    assert attached.status == "COMPLETED"
+    assert len(online.episodes(platform_id)) == 12
+    assert attached.metadata == {}, "an attached run's metadata is the launcher's"
+    assert attached.metrics["prime_runs"] == {"traces_episodes_written": 12}
+
+
+def test_attached_run_failure_is_left_to_the_launcher(online: FakePlatform) -> None:
+    platform_id = _create_platform_run(online, "launched")
+    run = pro.start_run(attach=platform_id)
+    run.record_episode(next(synthetic_episodes(1)))
+    result = run.finish("failed", "boom", timeout=60)
+
+    assert result.closed
+    assert online.run(platform_id).status == "RUNNING"
+    assert len(online.episodes(platform_id)) == 1
+
+
+def test_config_file_is_kept_byte_for_byte(online: FakePlatform, tmp_path: Path) -> None:
+    text = '# launched with\nmodel = "demo/model"  # trailing comment\n[sampling]\ntemperature = 0.7\n'
+    config_file = tmp_path / "eval.toml"
+    config_file.write_text(text, encoding="utf-8")
+    result = _run_eval(list(synthetic_episodes(3)), config={"seed": 1}, config_file=config_file)
+
+    metadata = online.run(result.platform_id or "").metadata
+    assert metadata["seed"] == 1
+    assert metadata["config_source"] == {"format": "toml", "text": text, "filename": "eval.toml"}
