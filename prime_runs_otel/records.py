@@ -254,8 +254,10 @@ def _text(value: Any) -> str | None:
 
 
 def _texts(value: Any) -> tuple[str, ...]:
+    """A string array, or a comma-separated string: ``OTEL_RESOURCE_ATTRIBUTES``
+    can only carry strings, so ``prime.run.environments=gsm8k,math`` is two."""
     if isinstance(value, str):
-        return (value,) if value else ()
+        return tuple(part.strip() for part in value.split(",") if part.strip())
     if isinstance(value, Sequence):
         return tuple(str(item) for item in value if item)
     return ()
