@@ -157,8 +157,15 @@ def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int
     with tempfile.TemporaryDirectory() as spool:
         child_env = {**env, "PRIME_RUNS_OTEL_DIR": spool}
         done = subprocess.run(
-            [sys.executable, __file__, CHILD_FLAG, side, str(args.episodes), str(args.size),
-             str(seed)],
+            [
+                sys.executable,
+                __file__,
+                CHILD_FLAG,
+                side,
+                str(args.episodes),
+                str(args.size),
+                str(seed),
+            ],
             env=child_env,
             capture_output=True,
             text=True,
@@ -247,7 +254,9 @@ def main() -> None:
             for side in ("otel", "sdk") if round_number % 2 == 0 else ("sdk", "otel"):
                 results[side].append(run_side(side, args, env, seed=round_number))
                 print(f"  round {round_number + 1}: {side} done", file=sys.stderr)
-        figures = {side: summarize(fake, samples, args.episodes) for side, samples in results.items()}
+        figures = {
+            side: summarize(fake, samples, args.episodes) for side, samples in results.items()
+        }
 
     names = list(figures["otel"])
     print(f"\n{'figure':<32} {'otel':>12} {'sdk':>12} {'otel/sdk':>9}")

@@ -42,8 +42,10 @@ def main() -> None:
     run_id = str(resource.attributes["prime.run.id"])
     run = exporter.wait_closed(run_id, timeout=60)
     provider.shutdown()
-    print(f"run {run_id}: {run.close_state if run else 'unknown'}, "
-          f"{run.episodes if run else 0} episodes")
+    print(
+        f"run {run_id}: {run.close_state if run else 'unknown'}, "
+        f"{run.episodes if run else 0} episodes"
+    )
 
 
 if __name__ == "__main__":

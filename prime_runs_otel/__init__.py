@@ -8,17 +8,17 @@ the pieces: :func:`run_resource`, :func:`record_episode` and
 
 __version__ = "0.1.0"
 
-from .config import Settings, resolve_settings  # noqa: E402
-from .errors import ConfigError, PrimeRunsOtelError, RecordError  # noqa: E402
-from .exporter import PrimeRunsSpanExporter  # noqa: E402
-from .instrument import (  # noqa: E402
+from .config import Settings, resolve_settings
+from .errors import ConfigError, PrimeRunsOtelError, RecordError
+from .exporter import PrimeRunsSpanExporter
+from .instrument import (
     emit_run_end,
     emit_run_start,
     normalize_config,
     record_episode,
     run_resource,
 )
-from .run import Run, RunFinishedError, RunResult, start_run  # noqa: E402
+from .run import Run, RunFinishedError, RunResult, start_run
 
 __all__ = [
     "ConfigError",

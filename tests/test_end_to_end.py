@@ -230,7 +230,9 @@ def test_attached_run_failure_is_left_to_the_launcher(online: FakePlatform) -> N
 
 
 def test_config_file_is_kept_byte_for_byte(online: FakePlatform, tmp_path: Path) -> None:
-    text = '# launched with\nmodel = "demo/model"  # trailing comment\n[sampling]\ntemperature = 0.7\n'
+    text = (
+        '# launched with\nmodel = "demo/model"  # trailing comment\n[sampling]\ntemperature = 0.7\n'
+    )
     config_file = tmp_path / "eval.toml"
     config_file.write_text(text, encoding="utf-8")
     result = _run_eval(list(synthetic_episodes(3)), config={"seed": 1}, config_file=config_file)
