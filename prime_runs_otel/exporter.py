@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -170,12 +171,19 @@ class PrimeRunsSpanExporter(SpanExporter):
             delay = min(delay * 2, 0.2)
 
     def _end_abandoned_runs(self) -> None:
+        """Runs this process fed without an end span, and that no other live
+        process feeds, end with this process: completed when it shuts down
+        cleanly (zero-code set-ups never emit an end span), failed when an
+        unhandled exception is taking the interpreter down. A process that is
+        killed never gets here; the next one to open the spool marks its runs
+        crashed."""
         assert self._spool is not None
         if os.getpid() != self._owner_pid:
             return  # a forked child never ends the parent's runs
         with self._seen_lock:
             seen = list(self._seen)
         me = os.getpid()
+        status, error = _exit_status()
         for local_id in seen:
             run = self._spool.run(local_id)
             if run is None or run.end_status is not None:
@@ -186,9 +194,7 @@ class PrimeRunsSpanExporter(SpanExporter):
                 if pid != me and process_alive(pid, start)
             ]
             if not others:
-                self._spool.end_run(
-                    local_id, "crashed", "the producer shut down without ending the run"
-                )
+                self._spool.end_run(local_id, status, error)
 
     def _report_leftovers(self, seen: Sequence[str]) -> None:
         assert self._spool is not None
@@ -205,3 +211,14 @@ class PrimeRunsSpanExporter(SpanExporter):
                 self._spool.path,
                 local_id,
             )
+
+
+def _exit_status() -> tuple[str, str | None]:
+    """How the producer is ending: an unhandled exception (recorded by the
+    interpreter in ``sys.last_value`` before exit handlers run) is a failure."""
+    exc = getattr(sys, "last_value", None) or getattr(sys, "last_exc", None)
+    if exc is None:
+        return "completed", None
+    if isinstance(exc, KeyboardInterrupt):
+        return "cancelled", "interrupted"
+    return "failed", f"{type(exc).__name__}: {exc}"

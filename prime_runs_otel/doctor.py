@@ -1,0 +1,151 @@
+"""``prime-runs-otel doctor``: is this machine set up to deliver runs?
+
+Each check says what it found and, when something is wrong, what to do
+about it. Credentials are reported as present or missing, never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from .config import Settings, resolve_settings
+from .errors import ConfigError
+from .spool import Spool, SpoolError
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+
+def run_checks(*, spool_dir: str | None = None, timeout: float = 5.0) -> list[Check]:
+    try:
+        settings = resolve_settings(spool_dir=spool_dir)
+    except ConfigError as exc:
+        return [Check("configuration", FAIL, str(exc), "correct the setting named above")]
+    checks = [_configuration(settings), _spool(settings)]
+    if settings.mode == "online":
+        checks.append(_reachable("platform API", _api_probe(settings), settings, timeout))
+        checks.append(_reachable("Prime Traces", _traces_probe(settings), settings, timeout))
+    return checks
+
+
+def _configuration(settings: Settings) -> Check:
+    key = "set" if settings.api_key else "missing"
+    detail = (
+        f"mode {settings.mode}; API key {key}; API {settings.base_url}; "
+        f"Prime Traces {settings.traces_url}; team {settings.team_id or '(personal)'}"
+    )
+    if settings.mode == "local":
+        return Check(
+            "configuration",
+            WARN,
+            detail + "; runs are kept in the local store",
+            "set PRIME_API_KEY (or run `prime login`) to deliver runs to the platform",
+        )
+    if settings.mode == "disabled":
+        return Check("configuration", WARN, detail, "unset PRIME_RUNS_MODE to record runs")
+    return Check("configuration", OK, detail)
+
+
+def _spool(settings: Settings) -> Check:
+    path = settings.spool_path
+    folder = settings.spool_dir
+    if folder.exists() and not os.access(folder, os.W_OK):
+        return Check(
+            "spool",
+            FAIL,
+            f"{folder} is not writable",
+            "fix its permissions or set PRIME_RUNS_OTEL_DIR",
+        )
+    try:
+        spool = Spool(path, max_bytes=settings.spool_max_bytes)
+        integrity = _integrity(path)
+        runs = spool.runs()
+    except (SpoolError, sqlite3.Error) as exc:
+        return Check("spool", FAIL, f"{path}: {exc}", "move the file aside; a new spool is created")
+    size = spool.size_bytes()
+    open_runs = [run for run in runs if not run.settled]
+    stuck = [run for run in runs if run.close_state == "gave_up" or run.create_state == "failed"]
+    pending = sum(spool.pending_count(run.local_id) for run in runs if run.mode == "online")
+    detail = (
+        f"{path}: {size / 1e6:.1f} MB of {settings.spool_max_bytes / 1e9:.1f} GB cap, "
+        f"{len(runs)} run(s), {len(open_runs)} open, {pending} episode(s) pending delivery, "
+        f"integrity {integrity}"
+    )
+    if integrity != "ok":
+        return Check("spool", FAIL, detail, "move the file aside; a new spool is created")
+    if stuck:
+        names = ", ".join(run.local_id[:12] for run in stuck[:5])
+        return Check(
+            "spool",
+            WARN,
+            detail + f"; stuck: {names} ({stuck[0].last_error})",
+            "fix the cause, then `prime-runs-otel push RUN`",
+        )
+    if size >= 0.8 * settings.spool_max_bytes:
+        return Check("spool", WARN, detail, "deliver pending runs or raise the cap")
+    return Check("spool", OK, detail)
+
+
+def _integrity(path: Path) -> str:
+    with sqlite3.connect(path, timeout=30) as db:
+        row = db.execute("PRAGMA quick_check").fetchone()
+    return str(row[0]) if row else "unknown"
+
+
+Probe = Callable[[httpx.Client], httpx.Response]
+
+
+def _api_probe(settings: Settings) -> Probe:
+    def probe(client: httpx.Client) -> httpx.Response:
+        params: dict[str, str | int] = {"limit": 1}
+        if settings.team_id:
+            params["team_id"] = settings.team_id
+        return client.get(f"{settings.base_url}/api/v1/evaluations/", params=params)
+
+    return probe
+
+
+def _traces_probe(settings: Settings) -> Probe:
+    def probe(client: httpx.Client) -> httpx.Response:
+        return client.get(f"{settings.traces_url}/api/v1/traces", params={"limit": 1})
+
+    return probe
+
+
+def _reachable(name: str, probe: Probe, settings: Settings, timeout: float) -> Check:
+    headers = {"Authorization": f"Bearer {settings.api_key}"}
+    if settings.team_id:
+        headers["X-Prime-Team-ID"] = settings.team_id
+    try:
+        with httpx.Client(headers=headers, timeout=timeout) as client:
+            response = probe(client)
+    except httpx.HTTPError as exc:
+        return Check(
+            name,
+            FAIL,
+            f"unreachable: {type(exc).__name__}",
+            "check the URL and the network; runs wait in the spool meanwhile",
+        )
+    status = response.status_code
+    if status == 401:
+        return Check(name, FAIL, "the API key was refused (401)", "check PRIME_API_KEY")
+    if status == 403:
+        return Check(
+            name, WARN, "reachable, but this key or team has no access (403)", "check PRIME_TEAM_ID"
+        )
+    if status >= 500:
+        return Check(name, WARN, f"reachable, answering {status}", "try again later")
+    return Check(name, OK, f"reachable (HTTP {status})")
