@@ -1,10 +1,11 @@
 """Zero-code set-up: this script only creates spans; the exporter, the
 TracerProvider and the run's identity come from the environment.
 
+    RUN=prime.run.id=my-eval-001,prime.run.name=my-eval
+    OTEL_RESOURCE_ATTRIBUTES="$RUN,prime.run.environments=gsm8k-demo" \\
     OTEL_TRACES_EXPORTER=prime_runs \\
     OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none \\
     OTEL_SERVICE_NAME=my-eval \\
-    OTEL_RESOURCE_ATTRIBUTES=prime.run.id=my-eval-001,prime.run.name=my-eval,prime.run.environments=gsm8k-demo \\
     opentelemetry-instrument python examples/zero_code.py
 
 The run completes when the process exits cleanly, fails on an unhandled
