@@ -48,8 +48,8 @@ class EvalsAPI:
                 answer = self._client.request("POST", "/environmentshub/resolve", body=body)
                 found = (answer.get("data") or {}).get("id")
         except PlatformError as exc:
-            if exc.retryable:
-                raise
+            if exc.retryable or exc.status in (401, 402, 403):
+                raise  # an outage or a credential problem, not a wrong name
             raise EnvironmentResolutionError(
                 f"environment {reference!r} could not be resolved ({exc}). Check the name "
                 "(a hub name, or owner/name of a published environment) and your team",
