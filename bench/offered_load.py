@@ -1,0 +1,157 @@
+"""Offered load: episodes recorded at a fixed rate for a fixed time, with the
+SDK's default BatchSpanProcessor settings and with the ones start_run chooses.
+
+For each (settings, rate) a fresh subprocess records against one fake platform
+on loopback and reports: the rate it achieved, episode spans the SDK dropped
+before the exporter saw them, episodes delivered to the platform, and the
+BatchSpanProcessor queue depth (max and mean, sampled every 50 ms).
+
+    python bench/offered_load.py [--rates 500,2000,8000] [--duration 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from in_process import machine  # noqa: E402
+
+CHILD_FLAG = "--child"
+SDK_DEFAULTS = {
+    "OTEL_BSP_MAX_QUEUE_SIZE": "2048",
+    "OTEL_BSP_SCHEDULE_DELAY": "5000",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "512",
+}
+
+
+def child(rate: int, duration: float) -> dict[str, Any]:
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+    import prime_runs_otel
+    from prime_runs_otel.synthetic import synthetic_episodes
+
+    class CountEpisodes(SpanProcessor):
+        """Counts episode spans as they end, before any queue can drop them."""
+
+        def __init__(self) -> None:
+            self.ended = 0
+
+        def on_end(self, span: ReadableSpan) -> None:
+            if span.attributes and "prime.episode.id" in span.attributes:
+                self.ended += 1
+
+    pool = list(synthetic_episodes(2000, seed=1))
+    run = prime_runs_otel.start_run(name=f"load-{rate}", environments=["bench-env"])
+    counter = CountEpisodes()
+    provider = run._provider
+    provider.add_span_processor(counter)
+    processor = provider._active_span_processor._span_processors[0]
+    queue = processor._batch_processor._queue  # the SDK's deque, read for depth only
+    depths: list[int] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.05):
+            depths.append(len(queue))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.perf_counter()
+    sent = 0
+    while True:
+        now = time.perf_counter() - started
+        if now >= duration:
+            break
+        due = int(now * rate) + 1
+        while sent < due:
+            record = dict(pool[sent % len(pool)])
+            record["id"] = f"{record['id']}-{sent}"
+            run.record_episode(record)
+            sent += 1
+        ahead = sent / rate - (time.perf_counter() - started)
+        if ahead > 0:
+            time.sleep(ahead)
+    elapsed = time.perf_counter() - started
+    sampling.set()
+    result = run.finish(timeout=900)
+    return {
+        "offered": rate,
+        "achieved": sent / elapsed,
+        "recorded": sent,
+        "episode_spans_ended": counter.ended,
+        "stored": result.episodes,
+        "dropped": counter.ended - result.episodes,
+        "delivered_closed": result.closed,
+        "platform_id": result.platform_id,
+        "queue_max": max(depths) if depths else 0,
+        "queue_mean": sum(depths) / len(depths) if depths else 0.0,
+        "queue_capacity": processor._batch_processor._max_queue_size,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="500,2000,8000")
+    parser.add_argument("--duration", type=float, default=30.0)
+    args = parser.parse_args()
+    rates = [int(rate) for rate in args.rates.split(",")]
+
+    from prime_runs_otel.testing import FakePlatform
+
+    print(machine())
+    rows = []
+    with FakePlatform() as fake:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))}
+        for label, extra in (("sdk-defaults", SDK_DEFAULTS), ("start_run", {})):
+            for rate in rates:
+                with tempfile.TemporaryDirectory() as spool:
+                    env = {**base, **fake.client_env(), **extra, "PRIME_RUNS_OTEL_DIR": spool}
+                    done = subprocess.run(
+                        [sys.executable, __file__, CHILD_FLAG, str(rate), str(args.duration)],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=3600,
+                        check=False,
+                    )
+                if done.returncode != 0:
+                    raise SystemExit(f"{label} at {rate}/s failed:\n{done.stderr[-3000:]}")
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                row["settings"] = label
+                row["delivered"] = len(fake.episodes(row["platform_id"] or ""))
+                rows.append(row)
+                print(f"  {label} {rate}/s done", file=sys.stderr)
+
+    print(
+        f"\n{'settings':<13} {'offered/s':>9} {'achieved/s':>10} {'recorded':>9} "
+        f"{'dropped':>8} {'delivered':>9} {'queue max':>9} {'queue mean':>10} {'capacity':>8}"
+    )
+    for row in rows:
+        print(
+            f"{row['settings']:<13} {row['offered']:>9} {row['achieved']:>10.0f} "
+            f"{row['recorded']:>9} {row['dropped']:>8} {row['delivered']:>9} "
+            f"{row['queue_max']:>9} {row['queue_mean']:>10.0f} {row['queue_capacity']:>8}"
+        )
+    print()
+    for row in rows:
+        prefix = f"offered_load.{row['settings']}.{row['offered']}"
+        print(f"{prefix}.achieved {row['achieved']:.1f} episodes/s")
+        print(f"{prefix}.dropped {row['dropped']} episodes")
+        print(f"{prefix}.delivered {row['delivered']} episodes")
+        print(f"{prefix}.queue_max {row['queue_max']} spans")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
+        print(json.dumps(child(int(sys.argv[2]), float(sys.argv[3]))))
+    else:
+        main()

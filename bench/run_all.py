@@ -1,0 +1,44 @@
+"""`make bench`: every benchmark, one after the other, figures on stdout.
+
+Quick mode (`--quick`) shortens each run for a smoke check; the figures in
+the README come from a full run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(script: str, *args: str) -> None:
+    print(f"\n=== {script} {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, os.path.join(HERE, script), *args], check=True)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    if quick:
+        run("in_process.py", "--episodes", "300", "--rounds", "1")
+        run("offered_load.py", "--rates", "500,2000", "--duration", "5")
+        run("scaling.py", "--checkpoints", "2000,10000")
+    else:
+        run("in_process.py", "--episodes", "2000", "--rounds", "3")
+        for size, count in (
+            ("4000", "2000"),
+            ("65536", "500"),
+            ("1048576", "60"),
+            ("20971520", "4"),
+        ):
+            run("in_process.py", "--episodes", count, "--rounds", "1", "--size", size)
+        run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
+        run("scaling.py", "--checkpoints", "10000,100000,1000000")
+    collector = os.path.join(HERE, "collector.py")
+    if os.path.exists(collector):
+        run("collector.py", *(["--episodes", "500"] if quick else []))
+
+
+if __name__ == "__main__":
+    main()
