@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from in_process import machine  # noqa: E402
+from in_process import machine
 
 CHILD_FLAG = "--child"
 SDK_DEFAULTS = {

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from in_process import machine  # noqa: E402
+from in_process import machine
 
 
 def rss_mb() -> float:
