@@ -1,0 +1,186 @@
+"""OTLP trace requests → :class:`~prime_runs_otel.spans.SpanView`.
+
+Behind a collector, spans arrive as an OTLP ``ExportTraceServiceRequest``,
+encoded as protobuf (OTLP/gRPC and OTLP/HTTP) or as OTLP/JSON. This module
+turns either into the same span views the in-process exporter builds from SDK
+spans, with attribute values as the SDK would have held them (strings, bools,
+ints, floats, tuples of those), so record extraction runs unchanged.
+
+OTLP/JSON is protobuf's JSON mapping with one exception: trace and span ids
+are hex strings, where the mapping expects base64 for ``bytes`` fields. They
+are rewritten before parsing, otherwise a valid id would either fail to
+parse or, worse, decode to different bytes.
+
+Every way a body can be wrong raises :class:`OtlpDecodeError` with a message
+fit to send back to the client, never a stray parser exception: a receiver
+must answer bad input with a 4xx, not die or answer 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from .errors import PrimeRunsOtelError
+from .spans import SpanView
+
+__all__ = [
+    "OtlpDecodeError",
+    "any_value",
+    "attributes_of",
+    "decode_json",
+    "decode_protobuf",
+    "span_count",
+    "span_views",
+]
+
+#: Fields of a span (and of its links) that OTLP/JSON writes as hex.
+_HEX_ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+
+
+class OtlpDecodeError(PrimeRunsOtelError):
+    """The body is not a valid OTLP trace request; the message says why."""
+
+
+def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    """Parse a binary ``ExportTraceServiceRequest``."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise OtlpDecodeError(
+            f"the body is not a valid OTLP protobuf ExportTraceServiceRequest ({exc}); "
+            "send application/x-protobuf bodies encoded by an OTLP exporter"
+        ) from None
+    return request
+
+
+def decode_json(body: bytes) -> ExportTraceServiceRequest:
+    """Parse an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, unknown
+    fields ignored as the OTLP specification asks of receivers)."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise OtlpDecodeError(f"the body is not valid JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise OtlpDecodeError(
+            "an OTLP/JSON body is a JSON object with a 'resourceSpans' array, "
+            f"not a {type(document).__name__}"
+        )
+    _hex_ids_to_base64(document)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+        raise OtlpDecodeError(f"the body is not a valid OTLP/JSON trace request: {exc}") from None
+    return request
+
+
+def span_count(request: ExportTraceServiceRequest) -> int:
+    return sum(
+        len(scope_spans.spans)
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+    )
+
+
+def span_views(request: ExportTraceServiceRequest) -> Iterator[SpanView]:
+    """The request's spans, in order, as span views.
+
+    Spans of one ``ResourceSpans`` share one resource mapping, as SDK spans of
+    one provider share one Resource: grouping by run reads each Resource once.
+    """
+    for resource_spans in request.resource_spans:
+        resource = attributes_of(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                yield _view(span, resource)
+
+
+def attributes_of(pairs: Iterable[KeyValue]) -> dict[str, Any]:
+    """OTLP key-values as an attribute mapping; a later duplicate key wins and
+    an empty value is left out, as the SDK does with ``None``."""
+    attributes: dict[str, Any] = {}
+    for pair in pairs:
+        value = any_value(pair.value)
+        if value is not None:
+            attributes[pair.key] = value
+    return attributes
+
+
+def any_value(value: AnyValue) -> Any:
+    """One ``AnyValue`` as a Python value: arrays become tuples (the SDK's
+    form for sequence attributes), key-value lists become dicts."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return tuple(any_value(item) for item in value.array_value.values)
+    if kind == "kvlist_value":
+        return attributes_of(value.kvlist_value.values)
+    return getattr(value, kind)
+
+
+def _view(span: Span, resource: Mapping[str, Any]) -> SpanView:
+    return SpanView(
+        name=span.name,
+        trace_id=int.from_bytes(span.trace_id, "big"),
+        span_id=int.from_bytes(span.span_id, "big"),
+        parent_span_id=int.from_bytes(span.parent_span_id, "big") if span.parent_span_id else None,
+        start_ns=span.start_time_unix_nano,
+        end_ns=span.end_time_unix_nano,
+        attributes=attributes_of(span.attributes),
+        resource=resource,
+        status_error=span.status.code == Status.STATUS_CODE_ERROR,
+        status_message=span.status.message or None,
+    )
+
+
+def _hex_ids_to_base64(document: dict[str, Any]) -> None:
+    """Rewrite the hex ids of every span and link in place.
+
+    Only the places OTLP puts ids are touched; a shape that does not match is
+    left for the protobuf parser to reject with its own message.
+    """
+    for resource_spans in _objects(_field(document, "resourceSpans", "resource_spans")):
+        for scope_spans in _objects(_field(resource_spans, "scopeSpans", "scope_spans")):
+            for span in _objects(scope_spans.get("spans")):
+                _rewrite_ids(span)
+                for link in _objects(span.get("links")):
+                    _rewrite_ids(link)
+
+
+def _rewrite_ids(holder: dict[str, Any]) -> None:
+    for key in _HEX_ID_FIELDS:
+        value = holder.get(key)
+        if isinstance(value, str):
+            holder[key] = _hex_to_base64(key, value)
+
+
+def _hex_to_base64(key: str, value: str) -> str:
+    try:
+        raw = binascii.unhexlify(value)
+    except (binascii.Error, ValueError):
+        raise OtlpDecodeError(
+            f"{key} {value[:40]!r} is not a hex string; OTLP/JSON writes trace and span "
+            "ids as hex, not base64"
+        ) from None
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _field(holder: dict[str, Any], camel: str, snake: str) -> Any:
+    return holder.get(camel, holder.get(snake))
+
+
+def _objects(value: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(value, list):
+        yield from (item for item in value if isinstance(item, dict))
