@@ -389,10 +389,10 @@ def cmd_push(args: argparse.Namespace) -> int:
     targets = (
         [_find(spool, key) for key in args.runs]
         if args.runs
-        else [run for run in spool.runs() if not run.closed]
+        else [run for run in spool.runs() if run.mode == "local" or not run.closed]
     )
     if not targets:
-        print("nothing to push: every run in the spool is closed")
+        print("nothing to push: every run in the spool is closed on the platform")
         return EXIT_OK
     for run in targets:
         if run.mode != "online":

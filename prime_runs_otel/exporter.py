@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +62,8 @@ class PrimeRunsSpanExporter(SpanExporter):
         self._is_shutdown = False
         self._owner_pid = os.getpid()
         self.unattributed = 0
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _renew_locks(reference))
         if self._disabled:
             return
         self._spool = Spool(self.settings.spool_path, max_bytes=self.settings.spool_max_bytes)
@@ -124,7 +127,9 @@ class PrimeRunsSpanExporter(SpanExporter):
         if self._is_shutdown:
             return
         self._is_shutdown = True
-        if self._spool is None:
+        if self._spool is None or os.getpid() != self._owner_pid:
+            # A forked child: its episodes are committed, and delivering and
+            # closing the runs is the parent's business.
             return
         self._end_abandoned_runs()
         deadline = time.monotonic() + self._shutdown_timeout
@@ -132,11 +137,21 @@ class PrimeRunsSpanExporter(SpanExporter):
             seen = list(self._seen)
         if self._uploader is not None and self._uploader.running:
             for local_id in seen:
-                self.wait_closed(local_id, deadline - time.monotonic())
+                self._wait_for_run(local_id, deadline - time.monotonic())
             self._uploader.stop(timeout=max(0.0, deadline - time.monotonic()) + 5.0)
         self._report_leftovers(seen)
 
     # -- waiting on delivery ------------------------------------------------
+
+    def _wait_for_run(self, local_id: str, timeout: float) -> None:
+        """A run that has ended is waited on until it is closed; one that is
+        still fed by another process only until what this process gave is
+        delivered (its close is that process's to wait for)."""
+        run = self.spool.run(local_id)
+        if run is not None and run.end_status is None:
+            self.wait_delivered(local_id, timeout)
+        else:
+            self.wait_closed(local_id, timeout)
 
     def wait_delivered(self, local_id: str, timeout: float) -> bool:
         """``True`` once nothing of the run is waiting for the platform."""
@@ -222,3 +237,11 @@ def _exit_status() -> tuple[str, str | None]:
     if isinstance(exc, KeyboardInterrupt):
         return "cancelled", "interrupted"
     return "failed", f"{type(exc).__name__}: {exc}"
+
+
+def _renew_locks(reference: weakref.ref[PrimeRunsSpanExporter]) -> None:
+    """In a forked child: a lock another thread of the parent held at the
+    fork would stay held forever."""
+    exporter = reference()
+    if exporter is not None:
+        exporter._seen_lock = threading.Lock()

@@ -174,10 +174,13 @@ class Run:
         if self._owns_lifecycle:
             emit_run_end(self._tracer, status, error, episodes_recorded=self._recorded)
         self._provider.force_flush()
-        result = self._result(status, budget)
+        # A forked child only flushes what it recorded: the run goes on in the
+        # parent, so it is reported as running, and not as a problem.
+        result = self._result(status if self._owns_lifecycle else "running", budget)
         self._provider.shutdown()
         self.result = result
-        level = logging.INFO if result.closed and not result.pending else logging.WARNING
+        settled = result.closed and not result.pending
+        level = logging.INFO if settled or not self._owns_lifecycle else logging.WARNING
         logger.log(level, "prime-runs-otel: %s", result.describe())
         return result
 

@@ -34,6 +34,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -127,6 +128,54 @@ CREATE TABLE IF NOT EXISTS lease (
 """
 
 
+class _Connection(sqlite3.Connection):
+    """A plain connection that can be weakly referenced (see ``_before_fork``)."""
+
+
+#: Every connection open in this process, so a fork can hold on to them.
+_open_connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+#: Held by every thread for as long as it is inside SQLite, and by a thread
+#: that forks while it forks: a child never starts with a SQLite mutex, file
+#: lock or transaction that belonged to a thread of its parent (it would hang
+#: on the mutex, or act on the lock it does not really hold).
+_GATE = threading.RLock()
+#: In a forked child: the connections inherited from the parent, referenced
+#: forever so they are never closed here. SQLite forbids using a connection
+#: across ``fork()``, and closing one counts.
+_inherited_connections: list[_Connection] = []
+#: Filled just before a fork, so the child's copy holds every connection
+#: even as the interpreter drops the other threads' state in the child.
+_held_for_fork: list[_Connection] = []
+
+
+def _before_fork() -> None:
+    _GATE.acquire()
+    while True:
+        try:
+            _held_for_fork[:] = list(_open_connections)
+            return
+        except RuntimeError:  # a weak reference died while copying
+            continue
+
+
+def _after_fork_in_parent() -> None:
+    _held_for_fork.clear()
+    _GATE.release()
+
+
+def _after_fork_in_child() -> None:
+    _inherited_connections.extend(_held_for_fork)
+    _held_for_fork.clear()
+    _GATE.release()
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
+
+
 class SpoolError(PrimeRunsOtelError):
     """The spool cannot be opened or written (permissions, disk, corruption)."""
 
@@ -217,6 +266,23 @@ class UploadRow:
     state: str
 
 
+def lease_owner() -> str:
+    """A lease holder's name: host, pid and process start time say whether
+    it is still alive (see :meth:`Spool.acquire_lease`), the random part
+    tells two uploaders of one process apart."""
+    host, pid, start = this_producer()
+    return f"{host}:{pid}:{start}:{uuid.uuid4().hex}"
+
+
+def _holder_alive(owner: str) -> bool:
+    """``False`` only when the holder is known dead: a process on this host
+    that is gone. Holders elsewhere keep the lease until it expires."""
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return True
+    return process_alive(int(parts[1]), parts[2])
+
+
 def this_producer() -> tuple[str, int, str]:
     """(host, pid, process start time): the start time tells a live process
     from a new one that reused a dead producer's pid."""
@@ -224,23 +290,36 @@ def this_producer() -> tuple[str, int, str]:
     return socket.gethostname(), pid, process_start_token(pid)
 
 
-def process_start_token(pid: int) -> str:
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (empty where
+    there is no procfs)."""
+    # Read as bytes: a text codec lookup may import, and an import in a
+    # forked child can find its module lock held by a thread of the parent.
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return fields[19]
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].decode("ascii", "replace").split()
     except (OSError, IndexError):
-        return ""
+        return []
+
+
+def process_start_token(pid: int) -> str:
+    fields = _proc_stat(pid)
+    return fields[19] if len(fields) > 19 else ""
 
 
 def process_alive(pid: int, start_token: str) -> bool:
+    """A zombie counts as dead: a producer killed with ``kill -9`` stays one
+    until its parent reaps it, and it will never write again."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    current = process_start_token(pid)
+    fields = _proc_stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        return False
+    current = fields[19] if len(fields) > 19 else ""
     return not start_token or not current or current == start_token
 
 
@@ -271,7 +350,8 @@ class Spool:
         if db is not None and getattr(self._local, "pid", None) == pid:
             return db
         try:
-            db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, factory=_Connection)
+            _open_connections.add(db)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=60000")
@@ -286,32 +366,40 @@ class Spool:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        db = self._connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        else:
-            db.execute("COMMIT")
+        with _GATE:
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            else:
+                db.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Every row of one read, fetched whole so no statement stays open."""
+        with _GATE:
+            return self._connection().execute(sql, params).fetchall()
 
     def _init_schema(self) -> None:
-        db = self._connection()
         try:
-            db.executescript(_SCHEMA)
-            db.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
+            with _GATE:
+                db = self._connection()
+                db.executescript(_SCHEMA)
+                db.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
         except sqlite3.Error as exc:
             raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
 
     def close(self) -> None:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is not None and getattr(self._local, "pid", None) == os.getpid():
-            db.close()
-        self._local = threading.local()
+        with _GATE:
+            db: sqlite3.Connection | None = getattr(self._local, "db", None)
+            if db is not None and getattr(self._local, "pid", None) == os.getpid():
+                db.close()
+            self._local = threading.local()
 
     # -- size ----------------------------------------------------------------
 
@@ -322,22 +410,18 @@ class Spool:
                 total += os.path.getsize(f"{self.path}{suffix}")
         return total
 
-    def _free_fraction_check(self) -> bool:
-        """``True`` when there is room for more episodes; warns near the cap."""
-        size = self.size_bytes()
-        if size >= self.max_bytes:
-            return False
-        if size >= WARN_FRACTION * self.max_bytes and not self._warned_full:
-            self._warned_full = True
-            logger.warning(
-                "The spool %s is at %.0f%% of its %d-byte cap. Episodes are refused (and "
-                "counted) at the cap: check that delivery is progressing "
-                "(`prime-runs-otel runs`) or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES.",
-                self.path,
-                100.0 * size / self.max_bytes,
-                self.max_bytes,
-            )
-        return True
+    def _warn_near_cap(self, size: int) -> None:
+        if size < WARN_FRACTION * self.max_bytes or self._warned_full:
+            return
+        self._warned_full = True
+        logger.warning(
+            "The spool %s is at %.0f%% of its %d-byte cap. Episodes are refused (and "
+            "counted) at the cap: check that delivery is progressing "
+            "(`prime-runs-otel runs`) or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES.",
+            self.path,
+            100.0 * min(size, self.max_bytes) / self.max_bytes,
+            self.max_bytes,
+        )
 
     # -- ingestion (export()) -------------------------------------------------
 
@@ -357,7 +441,9 @@ class Spool:
         their run; run events are always accepted (they are tiny, and losing
         a run's end would leave it open).
         """
-        room = self._free_fraction_check()
+        # The cap is checked per episode against the file size plus what this
+        # batch adds, since one export batch can carry thousands of episodes.
+        size = self.size_bytes()
         host, pid, start = this_producer()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
@@ -377,16 +463,18 @@ class Spool:
                         "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
                         (json.dumps(batch.start.config), local_id),
                     )
-                added = 0
-                if room:
-                    for episode in batch.episodes:
-                        if self._insert_episode(db, local_id, episode, summary):
-                            added += 1
-                        else:
-                            duplicates += 1
-                else:
-                    rejected += len(batch.episodes)
+                added = refused = 0
+                for episode in batch.episodes:
+                    if size + len(episode.raw) > self.max_bytes:
+                        # Already stored is a duplicate, not a loss, even when full.
+                        if not self._has_episode(db, local_id, episode.episode_id):
+                            refused += 1
+                    elif self._insert_episode(db, local_id, episode, summary):
+                        added += 1
+                        size += len(episode.raw)
                 stored += added
+                rejected += refused
+                duplicates += len(batch.episodes) - added - refused
                 corrupt += len(batch.corrupt)
                 db.execute(
                     "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
@@ -395,9 +483,9 @@ class Spool:
                     (
                         json.dumps(summary.to_state()),
                         added,
-                        len(batch.episodes) - added if room else 0,
+                        len(batch.episodes) - added - refused,
                         len(batch.corrupt),
-                        0 if room else len(batch.episodes),
+                        refused,
                         now,
                         now,
                         local_id,
@@ -415,7 +503,8 @@ class Spool:
                             local_id,
                         ),
                     )
-        if not room and rejected:
+        self._warn_near_cap(size)
+        if rejected:
             logger.error(
                 "The spool %s is full (cap %d bytes): %d episode(s) refused. They are counted "
                 "on their run; free space by delivering (`prime-runs-otel push`) or raise "
@@ -454,6 +543,15 @@ class Spool:
             ),
         )
         return summary
+
+    @staticmethod
+    def _has_episode(db: sqlite3.Connection, run_id: str, episode_id: str) -> bool:
+        return (
+            db.execute(
+                "SELECT 1 FROM episodes WHERE run_id = ? AND episode_id = ?", (run_id, episode_id)
+            ).fetchone()
+            is not None
+        )
 
     def _insert_episode(
         self,
@@ -502,111 +600,84 @@ class Spool:
         return RunRow(*values)
 
     def run(self, local_id: str) -> RunRow | None:
-        row = (
-            self._connection()
-            .execute(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE local_id = ?", (local_id,))
-            .fetchone()
-        )
-        return self._run_from_row(row) if row else None
+        rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE local_id = ?", (local_id,))
+        return self._run_from_row(rows[0]) if rows else None
 
     def find_run(self, key: str) -> RunRow | None:
         """A run by its local key, its platform id, or a unique prefix of either."""
         exact = self.run(key)
         if exact is not None:
             return exact
-        rows = (
-            self._connection()
-            .execute(
-                f"SELECT {self._RUN_COLUMNS} FROM runs WHERE platform_id = ? "
-                "OR local_id LIKE ? OR platform_id LIKE ?",
-                (key, f"{key}%", f"{key}%"),
-            )
-            .fetchall()
+        rows = self._query(
+            f"SELECT {self._RUN_COLUMNS} FROM runs WHERE platform_id = ? "
+            "OR local_id LIKE ? OR platform_id LIKE ?",
+            (key, f"{key}%", f"{key}%"),
         )
         return self._run_from_row(rows[0]) if len(rows) == 1 else None
 
     def runs(self) -> list[RunRow]:
-        rows = (
-            self._connection()
-            .execute(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC")
-            .fetchall()
-        )
+        rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC")
         return [self._run_from_row(row) for row in rows]
 
     def runs_to_deliver_or_close(self) -> list[RunRow]:
         """Runs not yet closed: online ones to deliver, local ones to close
         when their producer ends (or dies)."""
-        rows = (
-            self._connection()
-            .execute(
-                f"SELECT {self._RUN_COLUMNS} FROM runs "
-                "WHERE close_state NOT IN ('closed', 'gave_up') ORDER BY created_at"
-            )
-            .fetchall()
+        rows = self._query(
+            f"SELECT {self._RUN_COLUMNS} FROM runs "
+            "WHERE close_state NOT IN ('closed', 'gave_up') ORDER BY created_at"
         )
         return [self._run_from_row(row) for row in rows]
 
     def upload_episode_seqs(self, upload_id: str) -> list[int]:
-        return [
-            seq
-            for (seq,) in self._connection().execute(
-                "SELECT seq FROM episodes WHERE upload_id = ?", (upload_id,)
-            )
-        ]
+        rows = self._query("SELECT seq FROM episodes WHERE upload_id = ?", (upload_id,))
+        return [seq for (seq,) in rows]
 
     def episode_counts(self, run_id: str) -> dict[str, int]:
-        rows = (
-            self._connection()
-            .execute(
-                "SELECT state, COUNT(*) FROM episodes WHERE run_id = ? GROUP BY state", (run_id,)
-            )
-            .fetchall()
+        rows = self._query(
+            "SELECT state, COUNT(*) FROM episodes WHERE run_id = ? GROUP BY state", (run_id,)
         )
         return {state: count for state, count in rows}
 
     def pending_count(self, run_id: str) -> int:
-        row = (
-            self._connection()
-            .execute(
-                "SELECT COUNT(*) FROM episodes WHERE run_id = ? "
-                "AND state IN ('pending', 'uploading', 'sending')",
-                (run_id,),
-            )
-            .fetchone()
+        rows = self._query(
+            "SELECT COUNT(*) FROM episodes WHERE run_id = ? "
+            "AND state IN ('pending', 'uploading', 'sending')",
+            (run_id,),
         )
-        return int(row[0])
+        return int(rows[0][0])
 
     def pending_episodes(
         self, run_id: str, *, max_bytes: int, max_count: int = 100_000
     ) -> list[EpisodeRow]:
         """The oldest pending episodes, at least one, up to a byte budget: the
         uploader never holds more than one request's worth in memory."""
-        db = self._connection()
-        cursor = db.execute(
-            "SELECT seq, episode_id, rollout_number, has_traces, record, size FROM episodes "
-            "WHERE run_id = ? AND state = 'pending' ORDER BY seq",
-            (run_id,),
-        )
         rows: list[EpisodeRow] = []
         total = 0
-        for seq, episode_id, number, has_traces, record, size in cursor:
-            if rows and (total + size > max_bytes or len(rows) >= max_count):
-                break
-            rows.append(EpisodeRow(seq, episode_id, number, bool(has_traces), record))
-            total += size
-        cursor.close()
+        with _GATE:
+            cursor = self._connection().execute(
+                "SELECT seq, episode_id, rollout_number, has_traces, record, size FROM episodes "
+                "WHERE run_id = ? AND state = 'pending' ORDER BY seq",
+                (run_id,),
+            )
+            try:
+                for seq, episode_id, number, has_traces, record, size in cursor:
+                    if rows and (total + size > max_bytes or len(rows) >= max_count):
+                        break
+                    rows.append(EpisodeRow(seq, episode_id, number, bool(has_traces), record))
+                    total += size
+            finally:
+                cursor.close()
         return rows
 
     def iter_episodes(self, run_id: str) -> Iterator[EpisodeRow]:
         """Every stored episode body of a run, oldest first, a page at a time."""
         last = 0
-        db = self._connection()
         while True:
-            page = db.execute(
+            page = self._query(
                 "SELECT seq, episode_id, rollout_number, has_traces, record FROM episodes "
                 "WHERE run_id = ? AND seq > ? AND record IS NOT NULL ORDER BY seq LIMIT 200",
                 (run_id, last),
-            ).fetchall()
+            )
             if not page:
                 return
             for seq, episode_id, number, has_traces, record in page:
@@ -614,25 +685,18 @@ class Spool:
             last = page[-1][0]
 
     def open_uploads(self, run_id: str) -> list[UploadRow]:
-        rows = (
-            self._connection()
-            .execute(
-                "SELECT upload_id, run_id, kind, body, episodes, state FROM uploads "
-                "WHERE run_id = ? AND state IN ('pending', 'sending') ORDER BY created_at",
-                (run_id,),
-            )
-            .fetchall()
+        rows = self._query(
+            "SELECT upload_id, run_id, kind, body, episodes, state FROM uploads "
+            "WHERE run_id = ? AND state IN ('pending', 'sending') ORDER BY created_at",
+            (run_id,),
         )
         return [UploadRow(*row) for row in rows]
 
     def producers(self, run_id: str) -> list[tuple[str, int, str, float]]:
-        return [
-            (host, pid, start, seen)
-            for host, pid, start, seen in self._connection().execute(
-                "SELECT host, pid, pid_start, last_seen FROM producers WHERE run_id = ?",
-                (run_id,),
-            )
-        ]
+        rows = self._query(
+            "SELECT host, pid, pid_start, last_seen FROM producers WHERE run_id = ?", (run_id,)
+        )
+        return [(host, pid, start, seen) for host, pid, start, seen in rows]
 
     # -- lifecycle writes (uploader) -----------------------------------------
 
@@ -809,7 +873,15 @@ class Spool:
             return cursor.rowcount == 1
 
     def set_mode(self, local_id: str, mode: str) -> None:
-        self.update_run(local_id, mode=mode)
+        """Switch where a run goes. A local run taken online (``push``) is
+        reopened: being closed in the local store says nothing about the
+        platform, which has not seen the run yet."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET close_state = CASE WHEN mode = 'local' AND ? = 'online' "
+                "THEN 'open' ELSE close_state END, mode = ?, updated_at = ? WHERE local_id = ?",
+                (mode, mode, time.time(), local_id),
+            )
 
     def reopen_failed(self, local_id: str) -> int:
         """Give refused episodes and a failed create another chance (``push``)."""
@@ -832,12 +904,14 @@ class Spool:
     # -- the delivery lease --------------------------------------------------
 
     def acquire_lease(self, owner: str, ttl: float) -> bool:
-        """At most one process delivers from a spool at a time; a holder that
-        died loses the lease after ``ttl`` seconds."""
+        """At most one process delivers from a spool at a time. A holder
+        gives the lease up when it stops; one that died without doing so
+        loses it at once when it ran on this host (its pid is gone), else
+        after ``ttl`` seconds. ``owner`` comes from :func:`lease_owner`."""
         now = time.time()
         with self._transaction() as db:
             row = db.execute("SELECT owner, expires FROM lease WHERE name = 'uploader'").fetchone()
-            if row is not None and row[0] != owner and row[1] > now:
+            if row is not None and row[0] != owner and row[1] > now and _holder_alive(row[0]):
                 return False
             db.execute(
                 "INSERT INTO lease (name, owner, expires) VALUES ('uploader', ?, ?) "

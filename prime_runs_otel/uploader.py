@@ -21,11 +21,11 @@ import hashlib
 import json
 import logging
 import math
+import os
 import random
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,7 +42,7 @@ from .projection import (
     episode_sample_rows,
     traces_line,
 )
-from .spool import EpisodeRow, RunRow, Spool, process_alive
+from .spool import EpisodeRow, RunRow, Spool, lease_owner, process_alive
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,9 @@ SAMPLES_BATCH_BYTES = 20 * 1024 * 1024
 #: late (the end span says how many the producer recorded).
 STRAGGLER_GRACE = 30.0
 BACKOFF_BASE = 0.5
+#: A server's Retry-After is obeyed even past the backoff cap (the server
+#: knows when it will take work again), up to this bound against a bogus value.
+RETRY_AFTER_CAP = 60.0
 
 
 class Backoff(Exception):
@@ -114,7 +117,7 @@ class Uploader:
         self._poll_interval = poll_interval
         self._lease_ttl = lease_ttl
         self._idle_timeout = idle_timeout
-        self._owner = f"{socket.gethostname()}:{uuid.uuid4().hex}"
+        self._owners: dict[int, str] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,6 +127,16 @@ class Uploader:
         self._platform: PlatformClient | None = None
         self._traces: TracesAPI | None = None
         self._lock = threading.Lock()
+
+    @property
+    def _owner(self) -> str:
+        """The lease name of this uploader in this process: a forked copy of
+        it is another holder, never the parent's."""
+        pid = os.getpid()
+        owner = self._owners.get(pid)
+        if owner is None:
+            owner = self._owners[pid] = lease_owner()
+        return owner
 
     # -- thread control ------------------------------------------------------
 
@@ -189,11 +202,14 @@ class Uploader:
     def _pause(self, run: RunRow, pause: Backoff) -> None:
         failures = self._failures.get(run.local_id, 0) + 1
         self._failures[run.local_id] = failures
-        cap = self._settings.retry_max_delay
-        delay = pause.delay if pause.delay is not None else pause.cause.retry_after
-        if delay is None:
-            delay = min(cap, BACKOFF_BASE * 2 ** min(failures - 1, 20)) * (0.5 + random.random())
-        delay = min(delay, max(cap, 0.0))
+        cap = max(self._settings.retry_max_delay, 0.0)
+        if pause.delay is not None:
+            delay = min(pause.delay, cap)
+        elif pause.cause.retry_after is not None:
+            delay = min(max(pause.cause.retry_after, 0.0), max(RETRY_AFTER_CAP, cap))
+        else:
+            backoff = min(cap, BACKOFF_BASE * 2 ** min(failures - 1, 20))
+            delay = min(backoff * (0.5 + random.random()), cap)
         self._not_before[run.local_id] = time.monotonic() + delay
         level = logging.WARNING if failures in (1, 5) or failures % 50 == 0 else logging.DEBUG
         logger.log(
@@ -290,18 +306,9 @@ class Uploader:
             )
             return
         environments = list(run.identity.environments)
+        if run.create_state == "creating" and self._found_earlier_create(run, evals):
+            return
         try:
-            if run.create_state == "creating":
-                found = evals.find_by_marker(
-                    marker_key=MARKER_KEY,
-                    marker=run.local_id,
-                    environment_name=first_environment_name(environments),
-                )
-                if found is not None:
-                    logger.info("Run %s: found the platform run created earlier", run.local_id)
-                    self._adopt(run, found, evals)
-                    return
-                self._spool.update_run(run.local_id, create_state="pending")
             if not environments:
                 self._fail_create(
                     run,
@@ -313,20 +320,45 @@ class Uploader:
             payload = self._create_payload(run, resolved)
             if not self._spool.claim_create(run.local_id):
                 return
-            answer = evals.create(payload)
+            try:
+                answer = evals.create(payload)
+            except PlatformError as exc:
+                if exc.retryable and not exc.ambiguous:
+                    # Refused before acting (connect error, 429, 503): nothing
+                    # to look up, the next attempt creates.
+                    self._spool.update_run(run.local_id, create_state="pending")
+                raise
         except EnvironmentResolutionError as exc:
             self._fail_create(run, str(exc))
             return
         except PlatformError as exc:
             if exc.retryable:
-                if not exc.ambiguous and self._spool.run(run.local_id) is not None:
-                    fresh = self._reload(run)
-                    if fresh.create_state == "creating":
-                        self._spool.update_run(run.local_id, create_state="pending")
                 raise Backoff(exc) from exc
             self._fail_create(run, f"creating the run failed: {exc}")
             return
         self._adopt(run, answer, evals)
+
+    def _found_earlier_create(self, run: RunRow, evals: EvalsAPI) -> bool:
+        """A create was in flight when its answer (or the process) was lost:
+        adopt the run if the platform has it, else allow a new create.
+
+        Every failure of the lookup pauses the run and leaves it *creating*:
+        only a lookup that answered "not there" may lead to a second create.
+        """
+        try:
+            found = evals.find_by_marker(
+                marker_key=MARKER_KEY,
+                marker=run.local_id,
+                environment_name=first_environment_name(run.identity.environments),
+            )
+        except PlatformError as exc:
+            raise Backoff(exc) from exc
+        if found is None:
+            self._spool.update_run(run.local_id, create_state="pending")
+            return False
+        logger.info("Run %s: found the platform run created earlier", run.local_id)
+        self._adopt(run, found, evals)
+        return True
 
     def _create_payload(self, run: RunRow, environments: list[dict[str, Any]]) -> dict[str, Any]:
         identity = run.identity

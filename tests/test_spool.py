@@ -1,0 +1,152 @@
+"""The spool on a real SQLite file: idempotent ingestion, the size cap, the
+delivery lease between processes, and what a local run becomes on push."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from prime_runs_otel.records import EpisodeArrival, RunEnd, RunIdentity
+from prime_runs_otel.spool import (
+    RunBatch,
+    Spool,
+    lease_owner,
+    process_alive,
+    process_start_token,
+)
+from prime_runs_otel.synthetic import synthetic_episodes
+
+BIG = 10**12
+
+
+def _arrivals(count: int, seed: int = 0) -> list[EpisodeArrival]:
+    arrivals = []
+    for record in synthetic_episodes(count, seed=seed):
+        raw = json.dumps(record).encode()
+        arrivals.append(EpisodeArrival(record["id"], record, raw))
+    return arrivals
+
+
+def _batch(episodes: list[EpisodeArrival], run: str = "run-1") -> RunBatch:
+    return RunBatch(identity=RunIdentity(local_id=run, environments=("env-a",)), episodes=episodes)
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Spool:
+    return Spool(tmp_path / "spool.sqlite3", max_bytes=BIG)
+
+
+def test_ingestion_is_idempotent_on_episode_id(spool: Spool) -> None:
+    episodes = _arrivals(5)
+    first = spool.ingest([_batch(episodes)], mode="local")
+    again = spool.ingest([_batch([episodes[1], episodes[4], *_arrivals(1, seed=9)])], mode="local")
+
+    assert (first.stored, first.duplicates) == (5, 0)
+    assert (again.stored, again.duplicates) == (1, 2)
+    run = spool.run("run-1")
+    assert run is not None and (run.episodes, run.duplicates) == (6, 2)
+    assert spool.pending_count("run-1") == 6
+
+
+def test_size_cap_is_checked_per_episode_within_one_batch(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.sqlite3", max_bytes=BIG)
+    episodes = _arrivals(40)
+    spool.max_bytes = spool.size_bytes() + sum(len(e.raw) for e in episodes[:10]) + 1
+
+    outcome = spool.ingest([_batch(episodes)], mode="local")
+
+    assert outcome.stored == 10
+    assert outcome.stored + outcome.rejected == 40
+    run = spool.run("run-1")
+    assert run is not None and (run.episodes, run.rejected) == (outcome.stored, outcome.rejected)
+
+
+def test_at_the_cap_a_duplicate_is_not_counted_as_lost_and_run_ends_still_land(
+    tmp_path: Path,
+) -> None:
+    episodes = _arrivals(3)
+    spool = Spool(tmp_path / "spool.sqlite3", max_bytes=BIG)
+    spool.ingest([_batch(episodes)], mode="local")
+    full = Spool(spool.path, max_bytes=1)
+    end = RunBatch(
+        identity=RunIdentity(local_id="run-1"),
+        episodes=[episodes[0], *_arrivals(1, seed=3)],
+        end=RunEnd("completed", None, 4),
+    )
+
+    outcome = full.ingest([end], mode="local")
+
+    assert (outcome.stored, outcome.duplicates, outcome.rejected) == (0, 1, 1)
+    run = full.run("run-1")
+    assert run is not None and run.end_status == "completed"
+
+
+def test_lease_one_holder_at_a_time(spool: Spool) -> None:
+    first, second = lease_owner(), lease_owner()
+
+    assert spool.acquire_lease(first, ttl=30)
+    assert not spool.acquire_lease(second, ttl=30)
+    assert spool.acquire_lease(first, ttl=30), "the holder renews"
+    spool.release_lease(first)
+    assert spool.acquire_lease(second, ttl=30)
+
+
+def test_lease_of_an_expired_holder_elsewhere_is_taken_over(spool: Spool) -> None:
+    elsewhere = f"another-host:1:1:{uuid.uuid4().hex}"
+    assert spool.acquire_lease(elsewhere, ttl=0.0)
+
+    assert spool.acquire_lease(lease_owner(), ttl=30)
+
+
+def test_lease_of_a_live_holder_elsewhere_is_kept(spool: Spool) -> None:
+    assert spool.acquire_lease(f"another-host:1:1:{uuid.uuid4().hex}", ttl=30)
+
+    assert not spool.acquire_lease(lease_owner(), ttl=30)
+
+
+def test_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(spool: Spool) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)
+    dead = f"{socket.gethostname()}:{child.pid}:0:{uuid.uuid4().hex}"
+    assert spool.acquire_lease(dead, ttl=30)
+
+    assert spool.acquire_lease(lease_owner(), ttl=30)
+
+
+def test_a_zombie_producer_is_dead() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        # Not reaped yet: the pid exists, as a zombie, until wait().
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        assert not process_alive(child.pid, "")
+    finally:
+        child.wait(timeout=30)
+    assert process_alive(os.getpid(), process_start_token(os.getpid()))
+    assert not process_alive(os.getpid(), "not-my-start-time")
+
+
+def test_a_local_run_taken_online_is_reopened(spool: Spool) -> None:
+    end = RunBatch(
+        identity=RunIdentity(local_id="run-1", environments=("env-a",)),
+        episodes=_arrivals(2),
+        end=RunEnd("completed", None, 2),
+    )
+    spool.ingest([end], mode="local")
+    spool.update_run("run-1", close_state="closed")
+
+    spool.set_mode("run-1", "online")
+
+    run = spool.run("run-1")
+    assert run is not None and (run.mode, run.close_state) == ("online", "open")
+    assert spool.pending_count("run-1") == 2
+    spool.update_run("run-1", close_state="closed")
+    spool.set_mode("run-1", "online")
+    closed = spool.run("run-1")
+    assert closed is not None and closed.closed, "an online run stays as it is"
