@@ -22,6 +22,7 @@ from .config import Settings, resolve_settings
 from .errors import PrimeRunsOtelError
 from .projection import episode_sample_rows, traces_line
 from .run import RunResult, start_run
+from .serve import add_otlp_replay_option, add_serve_command
 from .spool import RunRow, Spool
 from .uploader import Uploader, run_summary
 
@@ -111,6 +112,10 @@ def _count_lines(path: Path) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.otlp_endpoint:
+        from .serve import replay_command_over_otlp
+
+        return replay_command_over_otlp(args)
     path = _traces_file(Path(args.path))
     total = _count_lines(path)
     errors: list[str] = []
@@ -438,6 +443,21 @@ def _push_done(spool: Spool, run: RunRow | None) -> bool:
     return run.end_status is None and spool.pending_count(run.local_id) == 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import FAIL, WARN, run_checks
+
+    checks = run_checks(spool_dir=args.spool_dir)
+    if args.json:
+        print(json.dumps([check.__dict__ for check in checks], indent=2))
+    else:
+        marks = {FAIL: _color("FAIL", "31"), WARN: _color("warn", "33")}
+        for check in checks:
+            print(f"{marks.get(check.status, _color('ok', '32')):>4}  {check.name}: {check.detail}")
+            if check.fix:
+                print(f"      -> {check.fix}")
+    return EXIT_INCOMPLETE if any(check.status == FAIL for check in checks) else EXIT_OK
+
+
 def cmd_fake_platform(args: argparse.Namespace) -> int:
     from .testing.fake_platform import main as fake_main
 
@@ -475,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--config", help="the config file the run was launched with")
     replay.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for delivery")
     replay.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_otlp_replay_option(replay)
     replay.set_defaults(func=cmd_replay)
 
     demo = commands.add_parser("demo", help="a synthetic eval run through the real pipeline")
@@ -509,6 +530,15 @@ def build_parser() -> argparse.ArgumentParser:
     spool_option(push)
     push.set_defaults(func=cmd_push)
 
+    add_serve_command(commands)
+
+    doctor = commands.add_parser(
+        "doctor", help="check configuration, credentials, platform reachability, spool health"
+    )
+    doctor.add_argument("--json", action="store_true")
+    spool_option(doctor)
+    doctor.set_defaults(func=cmd_doctor)
+
     fake = commands.add_parser(
         "fake-platform", help="serve a fake platform on loopback for testing"
     )
@@ -521,10 +551,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    serving = args.command == "serve"
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if args.verbose or serving else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        if serving
+        else "%(levelname)s %(name)s: %(message)s",
     )
+    # One line per platform request drowns everything else.
+    logging.getLogger("httpx").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         result: int = args.func(args)
         return result
