@@ -661,12 +661,20 @@ class Uploader:
         host = socket.gethostname()
         producers = self._spool.producers(run.local_id)
         alive = False
+        local_alive = False
         for producer_host, pid, start, seen in producers:
             if producer_host == host:
-                alive = alive or process_alive(pid, start)
+                local_alive = local_alive or process_alive(pid, start)
             elif self._idle_timeout is None or now - seen < self._idle_timeout:
                 alive = True
-        silent = self._idle_timeout is not None and now - run.last_seen >= self._idle_timeout
+        alive = alive or local_alive
+        # A live process on this host feeding the run is never timed out: a
+        # slow eval sharing the spool with `serve` is not a crashed one.
+        silent = (
+            self._idle_timeout is not None
+            and not local_alive
+            and now - run.last_seen >= self._idle_timeout
+        )
         if producers and not alive:
             reason = "the producer process exited without ending the run"
         elif silent:
