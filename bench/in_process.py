@@ -145,6 +145,17 @@ def child_main(side: str, count: int, size: int, seed: int) -> None:
 # -- parent side -------------------------------------------------------------------
 
 
+def fresh_copy(record: dict[str, Any], number: int) -> dict[str, Any]:
+    """A pooled record under new episode and trace ids: the service refuses
+    a trace id twice in one upload, and real episodes never share them."""
+    copy = dict(record)
+    copy["id"] = f"{record['id']}-{number}"
+    copy["traces"] = [
+        {**trace, "id": f"{trace.get('id')}-{number}"} for trace in record.get("traces", [])
+    ]
+    return copy
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

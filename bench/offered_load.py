@@ -23,17 +23,44 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from in_process import machine
+from in_process import fresh_copy, machine
 
 CHILD_FLAG = "--child"
-SDK_DEFAULTS = {
-    "OTEL_BSP_MAX_QUEUE_SIZE": "2048",
-    "OTEL_BSP_SCHEDULE_DELAY": "5000",
-    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "512",
-}
 
 
-def child(rate: int, duration: float) -> dict[str, Any]:
+class PlainRun:
+    """The SDK's defaults, as code that owns its TracerProvider gets them: a
+    BatchSpanProcessor() with no arguments, no backpressure."""
+
+    def __init__(self, name: str) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        import prime_runs_otel
+
+        self._pro = prime_runs_otel
+        resource = prime_runs_otel.run_resource(name=name, environments=["bench-env"])
+        self.id = str(resource.attributes["prime.run.id"])
+        self.exporter = prime_runs_otel.PrimeRunsSpanExporter(shutdown_timeout=0)
+        self._provider = TracerProvider(resource=resource)
+        self._provider.add_span_processor(BatchSpanProcessor(self.exporter))
+        self.tracer = self._provider.get_tracer("bench")
+        self.count = 0
+        prime_runs_otel.emit_run_start(self.tracer, {})
+
+    def record_episode(self, record: dict[str, Any]) -> None:
+        self.count += 1
+        self._pro.record_episode(self.tracer, record)
+
+    def finish(self, timeout: float) -> Any:
+        self._pro.emit_run_end(self.tracer, "completed", episodes_recorded=self.count)
+        self._provider.force_flush()
+        run = self.exporter.wait_closed(self.id, timeout)
+        self._provider.shutdown()
+        return run
+
+
+def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
     import prime_runs_otel
@@ -50,7 +77,11 @@ def child(rate: int, duration: float) -> dict[str, Any]:
                 self.ended += 1
 
     pool = list(synthetic_episodes(2000, seed=1))
-    run = prime_runs_otel.start_run(name=f"load-{rate}", environments=["bench-env"])
+    run: Any = (
+        PlainRun(f"load-{rate}")
+        if plain
+        else prime_runs_otel.start_run(name=f"load-{rate}", environments=["bench-env"])
+    )
     counter = CountEpisodes()
     provider = run._provider
     provider.add_span_processor(counter)
@@ -73,8 +104,7 @@ def child(rate: int, duration: float) -> dict[str, Any]:
             break
         due = int(now * rate) + 1
         while sent < due:
-            record = dict(pool[sent % len(pool)])
-            record["id"] = f"{record['id']}-{sent}"
+            record = fresh_copy(pool[sent % len(pool)], sent)
             run.record_episode(record)
             sent += 1
         ahead = sent / rate - (time.perf_counter() - started)
@@ -83,13 +113,14 @@ def child(rate: int, duration: float) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     sampling.set()
     result = run.finish(timeout=900)
+    stored = result.episodes
     return {
         "offered": rate,
         "achieved": sent / elapsed,
         "recorded": sent,
         "episode_spans_ended": counter.ended,
-        "stored": result.episodes,
-        "dropped": counter.ended - result.episodes,
+        "stored": stored,
+        "dropped": counter.ended - stored,
         "delivered_closed": result.closed,
         "platform_id": result.platform_id,
         "queue_max": max(depths) if depths else 0,
@@ -111,12 +142,19 @@ def main() -> None:
     rows = []
     with FakePlatform() as fake:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))}
-        for label, extra in (("sdk-defaults", SDK_DEFAULTS), ("start_run", {})):
+        for label in ("sdk-defaults", "start_run"):
             for rate in rates:
                 with tempfile.TemporaryDirectory() as spool:
-                    env = {**base, **fake.client_env(), **extra, "PRIME_RUNS_OTEL_DIR": spool}
+                    env = {**base, **fake.client_env(), "PRIME_RUNS_OTEL_DIR": spool}
                     done = subprocess.run(
-                        [sys.executable, __file__, CHILD_FLAG, str(rate), str(args.duration)],
+                        [
+                            sys.executable,
+                            __file__,
+                            CHILD_FLAG,
+                            str(rate),
+                            str(args.duration),
+                            label,
+                        ],
                         env=env,
                         capture_output=True,
                         text=True,
@@ -152,6 +190,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
-        print(json.dumps(child(int(sys.argv[2]), float(sys.argv[3]))))
+        plain = sys.argv[4] == "sdk-defaults"
+        print(json.dumps(child(int(sys.argv[2]), float(sys.argv[3]), plain)))
     else:
         main()

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from in_process import machine
+from in_process import fresh_copy, machine
 
 
 def rss_mb() -> float:
@@ -53,8 +53,7 @@ def main() -> None:
             started = time.perf_counter()
             stretch = checkpoint - done
             while done < checkpoint:
-                record = dict(pool[done % len(pool)])
-                record["id"] = f"ep-{done}"
+                record = fresh_copy(pool[done % len(pool)], done)
                 run.record_episode(record)
                 done += 1
             run._provider.force_flush()

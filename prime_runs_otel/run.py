@@ -12,8 +12,9 @@ import atexit
 import logging
 import os
 import threading
+import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,44 @@ BSP_DEFAULTS = {
     "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
     "export_timeout_millis": ("OTEL_BSP_EXPORT_TIMEOUT", 30000),
 }
+
+
+class QueueGauge:
+    """Backpressure on the BatchSpanProcessor's queue.
+
+    The SDK drops the oldest spans when its queue is full, silently but for one
+    log line, and a dropped episode span is a lost episode. ``start_run``
+    therefore makes ``record_episode`` wait while the queue is more than
+    three quarters full: a producer that outruns the exporter slows down
+    instead of losing work. The queue is the SDK's own and not public API, so
+    when it cannot be found there is no backpressure (and no harm).
+    """
+
+    HIGH_WATER = 0.75
+    #: After this long without room the episode goes in anyway: never hang.
+    MAX_WAIT = 60.0
+
+    def __init__(self, queue: Sized, capacity: int) -> None:
+        self._queue = queue
+        self._limit = int(capacity * self.HIGH_WATER)
+
+    @classmethod
+    def of(cls, processor: BatchSpanProcessor) -> QueueGauge | None:
+        inner = getattr(processor, "_batch_processor", None)
+        queue = getattr(inner, "_queue", None)
+        capacity = getattr(inner, "_max_queue_size", None)
+        if isinstance(queue, Sized) and isinstance(capacity, int) and capacity > 0:
+            return cls(queue, capacity)
+        return None
+
+    def wait_for_room(self) -> None:
+        if len(self._queue) < self._limit:
+            return
+        deadline = time.monotonic() + self.MAX_WAIT
+        delay = 0.001
+        while len(self._queue) >= self._limit and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 class RunFinishedError(PrimeRunsOtelError):
@@ -106,8 +145,10 @@ class Run:
         local_id: str,
         finish_timeout: float,
         capture_content: bool | None,
+        queue: QueueGauge | None = None,
     ) -> None:
         self.id = local_id
+        self._queue = queue
         self._provider = provider
         self._exporter = exporter
         self._tracer = provider.get_tracer("prime_runs_otel")
@@ -153,6 +194,8 @@ class Run:
                     f"run {self.id} is finished; start a new run to record more episodes"
                 )
             self._recorded += 1
+        if self._queue is not None:
+            self._queue.wait_for_room()
         return record_episode(self._tracer, episode, capture_content=self._capture_content)
 
     def finish(
@@ -301,15 +344,14 @@ def start_run(
     exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0)
     provider = TracerProvider(resource=resource)
     bsp = _bsp_settings()
-    provider.add_span_processor(
-        BatchSpanProcessor(
-            exporter,
-            max_queue_size=bsp["max_queue_size"],
-            schedule_delay_millis=bsp["schedule_delay_millis"],
-            max_export_batch_size=bsp["max_export_batch_size"],
-            export_timeout_millis=bsp["export_timeout_millis"],
-        )
+    processor = BatchSpanProcessor(
+        exporter,
+        max_queue_size=bsp["max_queue_size"],
+        schedule_delay_millis=bsp["schedule_delay_millis"],
+        max_export_batch_size=bsp["max_export_batch_size"],
+        export_timeout_millis=bsp["export_timeout_millis"],
     )
+    provider.add_span_processor(processor)
     local_id = str(resource.attributes["prime.run.id"])
     run = Run(
         provider=provider,
@@ -317,6 +359,7 @@ def start_run(
         local_id=local_id,
         finish_timeout=settings.finish_timeout,
         capture_content=capture_content,
+        queue=QueueGauge.of(processor),
     )
     emit_run_start(run.tracer, metadata)
     return run

@@ -43,7 +43,15 @@ from typing import Any
 
 from .errors import PrimeRunsOtelError
 from .projection import SummaryAccumulator, rollout_key
-from .records import CorruptEpisode, EpisodeArrival, RunEnd, RunIdentity, RunStart
+from .records import (
+    CorruptEpisode,
+    CorruptMetrics,
+    EpisodeArrival,
+    RunEnd,
+    RunIdentity,
+    RunMetrics,
+    RunStart,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +102,7 @@ CREATE TABLE IF NOT EXISTS episodes (
     record BLOB,
     state TEXT NOT NULL DEFAULT 'pending',
     upload_id TEXT,
+    step INTEGER,
     UNIQUE (run_id, episode_id)
 );
 CREATE INDEX IF NOT EXISTS episodes_by_state ON episodes (run_id, state, seq);
@@ -110,7 +119,19 @@ CREATE TABLE IF NOT EXISTS uploads (
     body BLOB,
     episodes INTEGER NOT NULL,
     state TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    step INTEGER,
+    sample_offset INTEGER,
+    object_url TEXT,
+    object_key TEXT
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    row TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (run_id, step)
 );
 CREATE TABLE IF NOT EXISTS producers (
     run_id TEXT NOT NULL,
@@ -126,6 +147,18 @@ CREATE TABLE IF NOT EXISTS lease (
     expires REAL NOT NULL
 );
 """
+
+#: Columns added after the first release, added in place to an older spool
+#: file so that an upgrade never needs the spool emptied first.
+_ADDED_COLUMNS = {
+    "episodes": (("step", "INTEGER"),),
+    "uploads": (
+        ("step", "INTEGER"),
+        ("sample_offset", "INTEGER"),
+        ("object_url", "TEXT"),
+        ("object_key", "TEXT"),
+    ),
+}
 
 
 class _Connection(sqlite3.Connection):
@@ -193,6 +226,8 @@ class RunBatch:
     episodes: list[EpisodeArrival] = field(default_factory=list)
     end: RunEnd | None = None
     corrupt: list[CorruptEpisode] = field(default_factory=list)
+    metrics: list[RunMetrics] = field(default_factory=list)
+    corrupt_metrics: list[CorruptMetrics] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -254,6 +289,28 @@ class EpisodeRow:
     rollout_number: int | None
     has_traces: bool
     record: bytes
+    #: The training step the episode is training work of, if any.
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """One training step's metrics row, as stored (``row`` is its JSON)."""
+
+    step: int
+    row: str
+
+
+@dataclass(frozen=True)
+class StepUpload:
+    """One Parquet object of a training step's legacy sample table."""
+
+    upload_id: str
+    step: int
+    sample_offset: int
+    body: bytes | None
+    url: str | None
+    key: str | None
 
 
 @dataclass(frozen=True)
@@ -387,12 +444,22 @@ class Spool:
             with _GATE:
                 db = self._connection()
                 db.executescript(_SCHEMA)
+                self._add_missing_columns(db)
                 db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
         except sqlite3.Error as exc:
             raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
+
+    @staticmethod
+    def _add_missing_columns(db: sqlite3.Connection) -> None:
+        for table, columns in _ADDED_COLUMNS.items():
+            present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns:
+                if name not in present:
+                    with suppress(sqlite3.OperationalError):  # another process added it
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     def close(self) -> None:
         with _GATE:
@@ -475,7 +542,8 @@ class Spool:
                 stored += added
                 rejected += refused
                 duplicates += len(batch.episodes) - added - refused
-                corrupt += len(batch.corrupt)
+                corrupt += len(batch.corrupt) + len(batch.corrupt_metrics)
+                self._insert_metrics(db, local_id, batch.metrics, now)
                 db.execute(
                     "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
                     "duplicates = duplicates + ?, corrupt = corrupt + ?, rejected = rejected + ?, "
@@ -484,7 +552,7 @@ class Spool:
                         json.dumps(summary.to_state()),
                         added,
                         len(batch.episodes) - added - refused,
-                        len(batch.corrupt),
+                        len(batch.corrupt) + len(batch.corrupt_metrics),
                         refused,
                         now,
                         now,
@@ -564,9 +632,16 @@ class Spool:
         traces = record.get("traces")
         has_traces = bool(traces)
         cursor = db.execute(
-            "INSERT OR IGNORE INTO episodes (run_id, episode_id, has_traces, size, record) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (run_id, episode.episode_id, int(has_traces), len(episode.raw), episode.raw),
+            "INSERT OR IGNORE INTO episodes (run_id, episode_id, has_traces, size, record, step) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                episode.episode_id,
+                int(has_traces),
+                len(episode.raw),
+                episode.raw,
+                episode.step,
+            ),
         )
         if cursor.rowcount == 0:
             return False
@@ -582,6 +657,22 @@ class Spool:
             )
         summary.add(record)
         return True
+
+    @staticmethod
+    def _insert_metrics(
+        db: sqlite3.Connection, run_id: str, metrics: Sequence[RunMetrics], now: float
+    ) -> None:
+        """One row per step, as the platform keeps them: a step logged again
+        replaces its row (and is sent again); an identical copy (a collector's
+        retry) changes nothing."""
+        for item in metrics:
+            db.execute(
+                "INSERT INTO metrics (run_id, step, row, state, updated_at) "
+                "VALUES (?, ?, ?, 'pending', ?) ON CONFLICT (run_id, step) DO UPDATE SET "
+                "row = excluded.row, state = 'pending', updated_at = excluded.updated_at "
+                "WHERE metrics.row != excluded.row",
+                (run_id, item.step, json.dumps(item.row(), sort_keys=True), now),
+            )
 
     # -- reads ---------------------------------------------------------------
 
@@ -655,15 +746,17 @@ class Spool:
         total = 0
         with _GATE:
             cursor = self._connection().execute(
-                "SELECT seq, episode_id, rollout_number, has_traces, record, size FROM episodes "
-                "WHERE run_id = ? AND state = 'pending' ORDER BY seq",
+                "SELECT seq, episode_id, rollout_number, has_traces, record, size, step "
+                "FROM episodes WHERE run_id = ? AND state = 'pending' ORDER BY seq",
                 (run_id,),
             )
             try:
-                for seq, episode_id, number, has_traces, record, size in cursor:
+                for seq, episode_id, number, has_traces, record, size, step in cursor:
                     if rows and (total + size > max_bytes or len(rows) >= max_count):
                         break
-                    rows.append(EpisodeRow(seq, episode_id, number, bool(has_traces), record))
+                    rows.append(
+                        EpisodeRow(seq, episode_id, number, bool(has_traces), record, step)
+                    )
                     total += size
             finally:
                 cursor.close()
@@ -674,14 +767,14 @@ class Spool:
         last = 0
         while True:
             page = self._query(
-                "SELECT seq, episode_id, rollout_number, has_traces, record FROM episodes "
+                "SELECT seq, episode_id, rollout_number, has_traces, record, step FROM episodes "
                 "WHERE run_id = ? AND seq > ? AND record IS NOT NULL ORDER BY seq LIMIT 200",
                 (run_id, last),
             )
             if not page:
                 return
-            for seq, episode_id, number, has_traces, record in page:
-                yield EpisodeRow(seq, episode_id, number, bool(has_traces), record)
+            for seq, episode_id, number, has_traces, record, step in page:
+                yield EpisodeRow(seq, episode_id, number, bool(has_traces), record, step)
             last = page[-1][0]
 
     def open_uploads(self, run_id: str) -> list[UploadRow]:
@@ -691,6 +784,30 @@ class Spool:
             (run_id,),
         )
         return [UploadRow(*row) for row in rows]
+
+    def pending_metrics(self, run_id: str, *, limit: int = 500) -> list[MetricsRow]:
+        """Metrics rows not yet acknowledged, oldest step first."""
+        rows = self._query(
+            "SELECT step, row FROM metrics WHERE run_id = ? AND state = 'pending' "
+            "ORDER BY step LIMIT ?",
+            (run_id, limit),
+        )
+        return [MetricsRow(step, row) for step, row in rows]
+
+    def metrics_counts(self, run_id: str) -> dict[str, int]:
+        """Metrics rows by state: pending, delivered, failed."""
+        rows = self._query(
+            "SELECT state, COUNT(*) FROM metrics WHERE run_id = ? GROUP BY state", (run_id,)
+        )
+        return {state: count for state, count in rows}
+
+    def step_upload(self, upload_id: str) -> StepUpload | None:
+        rows = self._query(
+            "SELECT upload_id, step, sample_offset, body, object_url, object_key FROM uploads "
+            "WHERE upload_id = ? AND kind = 'steps'",
+            (upload_id,),
+        )
+        return StepUpload(*rows[0]) if rows else None
 
     def producers(self, run_id: str) -> list[tuple[str, int, str, float]]:
         rows = self._query(
@@ -795,6 +912,20 @@ class Spool:
             )
             db.execute("UPDATE runs SET sink = ? WHERE local_id = ?", (sink, run_id))
 
+    def release_traces_upload(self, upload_id: str) -> None:
+        """An upload the service refused whole (nothing of it stored): its
+        episodes go back to pending, to be sent again in smaller uploads."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE upload_id = ? AND state = 'uploading'",
+                (upload_id,),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'abandoned', body = NULL WHERE upload_id = ?",
+                (upload_id,),
+            )
+
     def fail_episodes(self, run_id: str, seqs: Sequence[int], reason: str) -> None:
         """A permanent refusal: counted on the run, body kept for inspection
         (``push`` gives them another chance once the cause is fixed)."""
@@ -854,6 +985,77 @@ class Spool:
                 )
             return count
 
+    def end_metrics(self, run_id: str, row: MetricsRow, state: str) -> bool:
+        """Record what became of a metrics row that was sent: ``delivered``
+        or ``failed``. ``False`` when the step was logged again meanwhile (the
+        newer row is still to be sent)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE metrics SET state = ?, updated_at = ? "
+                "WHERE run_id = ? AND step = ? AND row = ?",
+                (state, time.time(), run_id, row.step, row.row),
+            )
+            return cursor.rowcount == 1
+
+    def begin_step_upload(
+        self, run_id: str, step: int, seqs: Sequence[int], body: bytes, *, stride: int
+    ) -> str:
+        """Persist one Parquet object of ``step`` and claim its episodes, so a
+        restart sends these very bytes again rather than a second object.
+
+        Each object of a step numbers its samples from its own range
+        (``index * stride``): the viewer looks samples up by step and id, and
+        a step may take several objects (late episodes, several batches).
+        """
+        upload_id = f"steps:{uuid.uuid4().hex}"
+        with self._transaction() as db:
+            index = db.execute(
+                "SELECT COUNT(*) FROM uploads WHERE run_id = ? AND kind = 'steps' AND step = ?",
+                (run_id, step),
+            ).fetchone()[0]
+            db.execute(
+                "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at, "
+                "step, sample_offset) VALUES (?, ?, 'steps', ?, ?, 'pending', ?, ?, ?)",
+                (upload_id, run_id, body, len(seqs), time.time(), step, int(index) * stride),
+            )
+            db.executemany(
+                "UPDATE episodes SET state = 'uploading', upload_id = ? "
+                "WHERE seq = ? AND state = 'pending'",
+                [(upload_id, seq) for seq in seqs],
+            )
+        return upload_id
+
+    def set_step_object(self, upload_id: str, url: str | None, key: str | None) -> None:
+        """Where the object goes once presigned (``None`` to presign again)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE uploads SET object_url = ?, object_key = ? WHERE upload_id = ?",
+                (url, key, upload_id),
+            )
+
+    def commit_step_upload(self, upload_id: str) -> None:
+        """The object is confirmed: its episodes are delivered."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE episodes SET state = 'delivered', record = NULL "
+                "WHERE upload_id = ? AND state = 'uploading'",
+                (upload_id,),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'committed', body = NULL WHERE upload_id = ?",
+                (upload_id,),
+            )
+
+    def skip_episodes(self, seqs: Sequence[int]) -> None:
+        """Episodes the sample table does not take (off the step cadence, or
+        not training work). Not a loss: Prime Traces would have had them, and
+        the legacy table never held them."""
+        with self._transaction() as db:
+            db.executemany(
+                "UPDATE episodes SET state = 'skipped', record = NULL WHERE seq = ?",
+                [(seq,) for seq in seqs],
+            )
+
     def deliver_without_request(self, seqs: Sequence[int]) -> None:
         """Episodes with nothing to send to the sample table (no traces)."""
         with self._transaction() as db:
@@ -898,6 +1100,10 @@ class Spool:
                 "close_state = CASE WHEN close_state = 'gave_up' THEN 'open' "
                 "ELSE close_state END WHERE local_id = ?",
                 (cursor.rowcount, local_id),
+            )
+            db.execute(
+                "UPDATE metrics SET state = 'pending' WHERE run_id = ? AND state = 'failed'",
+                (local_id,),
             )
             return cursor.rowcount
 

@@ -54,6 +54,8 @@ TRACES_BATCH_BYTES = 30 * 1024 * 1024
 MAX_TRACES_LINE_BYTES = 64 * 1024 * 1024
 #: Legacy sample batches are read a request's worth at a time.
 SAMPLES_BATCH_BYTES = 20 * 1024 * 1024
+#: The service's per-upload line cap is 1,000,000; batches close on bytes first.
+MAX_BATCH_EPISODES = 100_000
 #: After the end span, how long to wait for episodes a collector delivers
 #: late (the end span says how many the producer recorded).
 STRAGGLER_GRACE = 30.0
@@ -123,6 +125,9 @@ class Uploader:
         self._thread: threading.Thread | None = None
         self._not_before: dict[str, float] = {}
         self._failures: dict[str, int] = {}
+        #: Per run, the most episodes one upload may hold while a refused
+        #: upload is being narrowed down to the episode that caused it.
+        self._batch_limit: dict[str, int] = {}
         self._evals: EvalsAPI | None = None
         self._platform: PlatformClient | None = None
         self._traces: TracesAPI | None = None
@@ -435,7 +440,8 @@ class Uploader:
     def _deliver_batch(self, run: RunRow) -> bool:
         """Send one request's worth; ``False`` when nothing is pending."""
         budget = TRACES_BATCH_BYTES if run.sink == "traces" else SAMPLES_BATCH_BYTES
-        episodes = self._spool.pending_episodes(run.local_id, max_bytes=budget)
+        limit = self._batch_limit.get(run.local_id, MAX_BATCH_EPISODES)
+        episodes = self._spool.pending_episodes(run.local_id, max_bytes=budget, max_count=limit)
         if not episodes:
             return False
         if run.sink == "traces" and not self._settings.traces_opt_out:
@@ -485,6 +491,19 @@ class Uploader:
             if exc.retryable:
                 raise Backoff(exc) from exc
             seqs = self._spool.upload_episode_seqs(upload_id)
+            if exc.status == 400 and len(seqs) > 1:
+                # One bad episode refuses the whole upload (all or nothing, so
+                # nothing of it is stored): halve until the bad one is alone.
+                self._batch_limit[run.local_id] = len(seqs) // 2
+                self._spool.release_traces_upload(upload_id)
+                logger.info(
+                    "Run %s: an upload of %d episodes was refused (%s); retrying in halves "
+                    "to isolate the episode responsible",
+                    run.local_id,
+                    len(seqs),
+                    exc,
+                )
+                return
             self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
             logger.error(
                 "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
@@ -495,6 +514,9 @@ class Uploader:
             )
             return
         self._spool.commit_traces_upload(run.local_id, upload_id)
+        limit = self._batch_limit.pop(run.local_id, None)
+        if limit is not None and limit * 2 < MAX_BATCH_EPISODES:
+            self._batch_limit[run.local_id] = limit * 2
 
     def _context(self, run: RunRow) -> dict[str, str]:
         context = {"source": "prime-runs-otel", "run_type": run.kind}

@@ -240,3 +240,17 @@ def test_config_file_is_kept_byte_for_byte(online: FakePlatform, tmp_path: Path)
     metadata = online.run(result.platform_id or "").metadata
     assert metadata["seed"] == 1
     assert metadata["config_source"] == {"format": "toml", "text": text, "filename": "eval.toml"}
+
+
+def test_one_bad_episode_does_not_sink_its_upload(online: FakePlatform) -> None:
+    """Prime Traces refuses a whole upload for one bad line; the bad episode
+    is isolated and counted, every other episode is delivered."""
+    records = list(synthetic_episodes(21, seed=4))
+    broken = records[13]
+    del broken["traces"][0]["id"]  # the service refuses a trace without an id
+    result = _run_eval(records)
+
+    assert result.closed and result.failed == 1 and result.pending == 0
+    stored = {episode["id"] for episode in online.episodes(result.platform_id or "")}
+    assert stored == {record["id"] for record in records} - {broken["id"]}
+    assert "Prime Traces refused" in (result.error or "")
