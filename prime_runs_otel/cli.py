@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,6 +24,7 @@ from .projection import episode_sample_rows, traces_line
 from .run import RunResult, start_run
 from .serve import add_otlp_replay_option, add_serve_command
 from .spool import RunRow, Spool
+from .traces_jsonl import count_lines, environments_of, read_records, traces_file
 from .uploader import Uploader, run_summary
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
@@ -76,52 +77,17 @@ def _color(text: str, code: str, stream: TextIO = sys.stdout) -> str:
 # -- replay -------------------------------------------------------------------
 
 
-def _traces_file(path: Path) -> Path:
-    if path.is_dir():
-        candidate = path / "traces.jsonl"
-        if not candidate.is_file():
-            raise PrimeRunsOtelError(
-                f"{path} is a folder without traces.jsonl; pass the file, or the run folder "
-                "a verifiers eval wrote (outputs/<run>/)"
-            )
-        return candidate
-    if not path.is_file():
-        raise PrimeRunsOtelError(f"{path} does not exist")
-    return path
-
-
-def _read_records(path: Path, errors: list[str]) -> Iterator[dict[str, Any]]:
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                errors.append(f"{path.name} line {number}: not JSON ({exc})")
-                continue
-            if not isinstance(record, dict) or not isinstance(record.get("traces"), list):
-                errors.append(f"{path.name} line {number}: not an episode record (no traces list)")
-                continue
-            yield record
-
-
-def _count_lines(path: Path) -> int:
-    with path.open("rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.otlp_endpoint:
         from .serve import replay_command_over_otlp
 
         return replay_command_over_otlp(args)
-    path = _traces_file(Path(args.path))
-    total = _count_lines(path)
+    path = traces_file(Path(args.path))
+    total = count_lines(path)
     errors: list[str] = []
-    records = _read_records(path, errors)
+    records = read_records(path, errors)
     first = next(records, None)
-    environments = args.environment or _environments_of(first)
+    environments = args.environment or environments_of(first)
     run = start_run(
         name=args.name or path.resolve().parent.name,
         model=args.model,
@@ -149,12 +115,6 @@ def _record(run: Any, record: dict[str, Any], errors: list[str]) -> int:
     except PrimeRunsOtelError as exc:
         errors.append(f"episode {record.get('id')!r}: {exc}")
     return 1
-
-
-def _environments_of(record: dict[str, Any] | None) -> list[str]:
-    env = (record or {}).get("env") or {}
-    name = env.get("id") or env.get("name") if isinstance(env, dict) else None
-    return [str(name)] if name else []
 
 
 def _print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = False) -> None:

@@ -11,7 +11,6 @@ with real data before pointing an eval at it.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -41,6 +40,7 @@ from .receiver import (
     ReceiverConfig,
     run_receiver,
 )
+from .traces_jsonl import environments_of, read_records, traces_file
 
 __all__ = [
     "add_otlp_replay_option",
@@ -205,15 +205,15 @@ def replay_over_otlp(
     endpoint's acceptance is all that can be known from here: delivery to the
     platform is the receiving ``serve``'s job.
     """
-    traces_file = _traces_file(Path(path))
+    source = traces_file(Path(path))
     bad_lines: list[str] = []
-    records = _read_records(traces_file, bad_lines)
+    records = read_records(source, bad_lines)
     first = next(records, None)
     resource = run_resource(
         run_id=run_id,
-        name=name or traces_file.resolve().parent.name,
+        name=name or source.resolve().parent.name,
         model=model,
-        environments=list(environments or _environments_of(first)),
+        environments=list(environments or environments_of(first)),
         framework=framework,
     )
     exporter = _CountingExporter(
@@ -332,47 +332,12 @@ def _attribute_bytes(span: ReadableSpan) -> int:
     return total
 
 
-def _traces_file(path: Path) -> Path:
-    if path.is_dir():
-        path = path / "traces.jsonl"
-    if not path.is_file():
-        raise PrimeRunsOtelError(
-            f"{path} does not exist; pass a traces.jsonl, or the run folder a verifiers eval "
-            "wrote (outputs/<run>/)"
-        )
-    return path
-
-
-def _read_records(path: Path, problems: list[str]) -> Iterator[dict[str, Any]]:
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                problems.append(f"{path.name} line {number}: not JSON ({exc})")
-                continue
-            if not isinstance(record, dict) or not isinstance(record.get("traces"), list):
-                problems.append(f"{path.name} line {number}: not an episode record")
-                continue
-            yield record
-
-
 def _chain(
     first: dict[str, Any] | None, rest: Iterator[dict[str, Any]]
 ) -> Iterator[dict[str, Any]]:
     if first is not None:
         yield first
     yield from rest
-
-
-def _environments_of(record: dict[str, Any] | None) -> list[str]:
-    env = (record or {}).get("env")
-    if not isinstance(env, dict):
-        return []
-    name = env.get("id") or env.get("name")
-    return [str(name)] if name else []
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ the uploader can persist its intent before each non-idempotent call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .http import UPLOAD_TIMEOUT, PlatformClient, PlatformError
@@ -72,16 +72,11 @@ class EvalsAPI:
             )
         return answer
 
-    def find_by_marker(
-        self, *, marker_key: str, marker: str, environment_name: str | None, page_size: int = 100
-    ) -> dict[str, Any] | None:
-        """The run whose metadata carries ``{marker_key: {"run_key": marker}}``.
-
-        This is how a run whose create answer was lost is found again: the
-        list endpoint is newest first, so a few pages cover any create that
-        happened during this process's lifetime.
-        """
-        for page in range(5):
+    def list_runs(
+        self, *, environment_name: str | None, pages: int, page_size: int = 100
+    ) -> Iterator[dict[str, Any]]:
+        """Runs newest first, a page at a time, for at most ``pages`` pages."""
+        for page in range(pages):
             params: dict[str, Any] = {"skip": page * page_size, "limit": page_size}
             if environment_name:
                 params["environment_name"] = environment_name
@@ -89,31 +84,33 @@ class EvalsAPI:
                 params["team_id"] = self._client.team_id
             answer = self._client.request("GET", "/evaluations/", params=params)
             runs = answer.get("evaluations") or []
-            for run in runs:
-                metadata = run.get("metadata") or {}
-                tag = metadata.get(marker_key) if isinstance(metadata, dict) else None
-                if isinstance(tag, dict) and tag.get("run_key") == marker:
-                    return dict(run)
+            yield from (dict(run) for run in runs if isinstance(run, dict))
             if len(runs) < page_size:
-                return None
+                return
+
+    def find_by_marker(
+        self, *, marker_key: str, marker: str, environment_name: str | None
+    ) -> dict[str, Any] | None:
+        """The run whose metadata carries ``{marker_key: {"run_key": marker}}``.
+
+        This is how a run whose create answer was lost is found again: the
+        list is newest first and filtered by the run's first environment, so
+        the first pages cover any create made while this run was being
+        delivered.
+        """
+        for run in self.list_runs(environment_name=environment_name, pages=20):
+            metadata = run.get("metadata")
+            tag = metadata.get(marker_key) if isinstance(metadata, dict) else None
+            if isinstance(tag, dict) and tag.get("run_key") == marker:
+                return run
         return None
 
     def status_of(self, run_id: str, *, environment_name: str | None) -> str | None:
-        """A run's status read back from the list endpoint (the API has no
-        single-run read in its public contract)."""
-        for page in range(20):
-            params: dict[str, Any] = {"skip": page * 100, "limit": 100}
-            if environment_name:
-                params["environment_name"] = environment_name
-            if self._client.team_id:
-                params["team_id"] = self._client.team_id
-            answer = self._client.request("GET", "/evaluations/", params=params)
-            runs = answer.get("evaluations") or []
-            for run in runs:
-                if run.get("evaluation_id") == run_id:
-                    return str(run.get("status") or "")
-            if len(runs) < 100:
-                return None
+        """A run's status read back from the list endpoint (the public
+        contract has no single-run read)."""
+        for run in self.list_runs(environment_name=environment_name, pages=20):
+            if run.get("evaluation_id") == run_id:
+                return str(run.get("status") or "")
         return None
 
     def post_samples(self, run_id: str, body: bytes) -> None:

@@ -1,0 +1,62 @@
+"""Reading a verifiers run's ``traces.jsonl`` (one episode record per line).
+
+Shared by both replay paths (in process, and over OTLP) so a bad line is
+reported the same way in both: named by its line number, skipped, and the
+rest of the file still read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import PrimeRunsOtelError
+
+
+def traces_file(path: Path) -> Path:
+    """The file itself, or ``traces.jsonl`` inside a run folder."""
+    if path.is_dir():
+        candidate = path / "traces.jsonl"
+        if not candidate.is_file():
+            raise PrimeRunsOtelError(
+                f"{path} is a folder without traces.jsonl; pass the file, or the run folder "
+                "a verifiers eval wrote (outputs/<run>/)"
+            )
+        return candidate
+    if not path.is_file():
+        raise PrimeRunsOtelError(
+            f"{path} does not exist; pass a traces.jsonl, or the run folder a verifiers eval "
+            "wrote (outputs/<run>/)"
+        )
+    return path
+
+
+def read_records(path: Path, errors: list[str]) -> Iterator[dict[str, Any]]:
+    """Each episode record in order; a bad line is described in ``errors``."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                errors.append(f"{path.name} line {number}: not JSON ({exc})")
+                continue
+            if not isinstance(record, dict) or not isinstance(record.get("traces"), list):
+                errors.append(f"{path.name} line {number}: not an episode record (no traces list)")
+                continue
+            yield record
+
+
+def count_lines(path: Path) -> int:
+    with path.open("rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def environments_of(record: dict[str, Any] | None) -> list[str]:
+    """The environment a record names, for a replay given none."""
+    env = (record or {}).get("env")
+    name = (env.get("id") or env.get("name")) if isinstance(env, dict) else None
+    return [str(name)] if name else []
