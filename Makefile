@@ -1,33 +1,44 @@
 # The two commands of the README: `make demo` and `make test`. Each creates
-# .venv on first use and installs what it needs.
+# .venv on first use and installs what it needs (the demo only the package,
+# the tests also the test tools and the prime-runs/verifiers oracle).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed-runtime
+TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench bench-quick clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	@touch $(STAMP)
 
-demo: $(STAMP)
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(RUNTIME)
+
+$(TESTING): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(TESTING) $(RUNTIME)
+
+demo: $(RUNTIME)
 	$(BIN)/prime-runs-otel demo
 
-lint: $(STAMP)
+lint: $(TESTING)
 	$(BIN)/ruff check prime_runs_otel tests bench examples
 	$(BIN)/ruff format --check prime_runs_otel tests bench examples
 
-typecheck: $(STAMP)
+typecheck: $(TESTING)
 	$(BIN)/mypy
 
 test: lint typecheck
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(TESTING)
 	$(BIN)/python bench/run_all.py
+
+bench-quick: $(TESTING)
+	$(BIN)/python bench/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
