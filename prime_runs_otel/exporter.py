@@ -24,9 +24,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .config import Settings, resolve_settings
-from .ingest import group_by_run
+from .ingest import Grouped, group_by_run
 from .spans import from_readable_span
 from .spool import RunRow, Spool, SpoolError, process_alive
+from .synthesis import SpanTreeBuffer
 from .uploader import Uploader
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,11 @@ class PrimeRunsSpanExporter(SpanExporter):
     Keyword arguments override the environment and ``~/.prime/config.json``
     (see :func:`prime_runs_otel.config.resolve_settings`). With no API key the
     runs stay in the local spool (``prime-runs-otel runs`` lists them).
+
+    ``ends_runs=False`` is for a process that feeds a run somebody else owns
+    (an inference worker of a training run): it never ends a run at
+    shutdown, so the run ends with its owner, or is found crashed once every
+    process feeding it is gone.
     """
 
     def __init__(
@@ -50,10 +56,15 @@ class PrimeRunsSpanExporter(SpanExporter):
         settings: Settings | None = None,
         deliver: bool = True,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        ends_runs: bool = True,
         **overrides: Any,
     ) -> None:
         self.settings = settings or resolve_settings(**overrides)
         self._shutdown_timeout = shutdown_timeout
+        self._ends_runs = ends_runs
+        # Spans of other instrumentations wait here for their episode span.
+        self._trees = SpanTreeBuffer()
+        self._trees_lock = threading.Lock()
         self._disabled = self.settings.mode == "disabled"
         self._spool: Spool | None = None
         self._uploader: Uploader | None = None
@@ -85,17 +96,24 @@ class PrimeRunsSpanExporter(SpanExporter):
             return SpanExportResult.FAILURE
         if self._disabled or self._spool is None:
             return SpanExportResult.SUCCESS
-        grouped = group_by_run(from_readable_span(span) for span in spans)
+        with self._trees_lock:
+            grouped = group_by_run((from_readable_span(span) for span in spans), trees=self._trees)
+        return self._commit(grouped, len(spans))
+
+    def _commit(self, grouped: Grouped, span_count: int) -> SpanExportResult:
+        assert self._spool is not None
         self.unattributed += grouped.unattributed
         if not grouped.batches:
             return SpanExportResult.SUCCESS
         try:
-            outcome = self._spool.ingest(grouped.batches, mode=self.settings.mode)
+            outcome = self._spool.ingest(
+                grouped.batches, mode=self.settings.mode, owns_runs=self._ends_runs
+            )
         except (SpoolError, OSError, Exception) as exc:
             logger.error(
                 "prime-runs-otel could not commit %d span(s) to the spool %s: %s. They are "
                 "lost; check disk space and permissions.",
-                len(spans),
+                span_count,
                 self._spool.path,
                 exc,
             )
@@ -131,6 +149,9 @@ class PrimeRunsSpanExporter(SpanExporter):
             # A forked child: its episodes are committed, and delivering and
             # closing the runs is the parent's business.
             return
+        with self._trees_lock:
+            # Episodes still waiting for spans go out with what arrived.
+            self._commit(group_by_run((), trees=self._trees, flush=True), 0)
         self._end_abandoned_runs()
         deadline = time.monotonic() + self._shutdown_timeout
         with self._seen_lock:
@@ -160,7 +181,11 @@ class PrimeRunsSpanExporter(SpanExporter):
             timeout,
             lambda run: (
                 run.mode != "online"
-                or (run.create_state == "created" and self.spool.pending_count(local_id) == 0)
+                or (
+                    run.create_state == "created"
+                    and self.spool.pending_count(local_id) == 0
+                    and not self.spool.metrics_counts(local_id).get("pending")
+                )
             ),
         )
 
@@ -193,8 +218,8 @@ class PrimeRunsSpanExporter(SpanExporter):
         killed never gets here; the next one to open the spool marks its runs
         crashed."""
         assert self._spool is not None
-        if os.getpid() != self._owner_pid:
-            return  # a forked child never ends the parent's runs
+        if os.getpid() != self._owner_pid or not self._ends_runs:
+            return  # a forked child never ends the parent's runs, nor does a worker
         with self._seen_lock:
             seen = list(self._seen)
         me = os.getpid()
@@ -245,3 +270,4 @@ def _renew_locks(reference: weakref.ref[PrimeRunsSpanExporter]) -> None:
     exporter = reference()
     if exporter is not None:
         exporter._seen_lock = threading.Lock()
+        exporter._trees_lock = threading.Lock()

@@ -2,20 +2,41 @@
 
 The one step between "spans arrived" and "the spool commits them", shared by
 the in-process exporter and the OTLP receiver so both treat the same spans
-the same way: grouped by the Resource's run, run events and episode records
-read off the spans, corrupted records and unattributable episodes counted.
+the same way: grouped by the Resource's run, run events, step metrics and
+episode records read off the spans, corrupted records and unattributable
+episodes counted.
+
+Episode spans without a record (code traced by another instrumentation) get
+theirs synthesised from their span tree, which a :class:`SpanTreeBuffer`
+holds until it is in; without a buffer such an episode is counted as lost.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from . import semconv
-from .records import CorruptEpisode, EpisodeArrival, RunEnd, RunStart, read_span, run_identity
+from .records import (
+    CorruptEpisode,
+    CorruptMetrics,
+    EpisodeArrival,
+    RunEnd,
+    RunIdentity,
+    RunMetrics,
+    RunStart,
+    UnrecordedEpisode,
+    read_span,
+    record_step,
+    run_identity,
+)
 from .spans import SpanView
 from .spool import RunBatch
+from .synthesis import BufferStats, SpanTree, SpanTreeBuffer, synthesize_record
+
+__all__ = ["Grouped", "group_by_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,43 +46,63 @@ class Grouped:
     batches: list[RunBatch] = field(default_factory=list)
     #: Episode spans whose Resource names no run (``prime.run.id`` missing).
     unattributed: int = 0
+    #: Episode records synthesised from span trees in this call.
+    synthesized: int = 0
 
 
-def group_by_run(views: Iterable[SpanView]) -> Grouped:
-    """Group spans by run, keeping arrival order within each run."""
+class _Batches:
+    """Per-run batches in first-seen order, keyed by the run's local id."""
+
+    def __init__(self) -> None:
+        self.by_run: dict[str, RunBatch] = {}
+        self._keys: dict[int, str | None] = {}
+
+    def key_of(self, view: SpanView) -> str | None:
+        """The run a span belongs to (``None``: no run), its batch opened."""
+        marker = id(view.resource)
+        if marker in self._keys:
+            return self._keys[marker]
+        identity = run_identity(view.resource)
+        key = identity.local_id if identity is not None else None
+        self._keys[marker] = key
+        if identity is not None and key not in self.by_run:
+            self.by_run[identity.local_id] = RunBatch(identity=identity)
+        return key
+
+
+def group_by_run(
+    views: Iterable[SpanView], *, trees: SpanTreeBuffer | None = None, flush: bool = False
+) -> Grouped:
+    """Group spans by run, keeping arrival order within each run.
+
+    ``trees`` holds the spans episodes without a record are synthesised from,
+    across calls; ``flush`` releases every episode it still holds (at
+    shutdown).
+    """
     grouped = Grouped()
-    by_run: dict[str, RunBatch] = {}
-    identities: dict[int, str | None] = {}
+    batches = _Batches()
+    before = BufferStats(**asdict(trees.stats)) if trees is not None else None
     for view in views:
-        key = identities.get(id(view.resource), "")
-        if key == "":
-            identity = run_identity(view.resource)
-            key = identity.local_id if identity is not None else None
-            identities[id(view.resource)] = key
-            if identity is not None and key not in by_run:
-                by_run[identity.local_id] = RunBatch(identity=identity)
+        key = batches.key_of(view)
         item = read_span(view)
         if item is None:
+            if trees is not None:
+                trees.add(view)
             continue
+        if isinstance(item, UnrecordedEpisode) and trees is not None:
+            trees.add_episode(item)
+            continue
+        if isinstance(item, EpisodeArrival) and trees is not None:
+            trees.claim_native(view)
         if key is None:
-            if isinstance(item, (EpisodeArrival, CorruptEpisode)):
+            if isinstance(item, (EpisodeArrival, CorruptEpisode, UnrecordedEpisode)):
                 grouped.unattributed += 1
             continue
-        batch = by_run[key]
-        if isinstance(item, EpisodeArrival):
-            batch.episodes.append(item)
-        elif isinstance(item, CorruptEpisode):
-            logger.error(
-                "Run %s: episode %s arrived damaged and is counted as lost: %s",
-                key,
-                item.episode_id or "(unknown id)",
-                item.reason,
-            )
-            batch.corrupt.append(item)
-        elif isinstance(item, RunStart):
-            batch.start = item
-        elif isinstance(item, RunEnd):
-            batch.end = item
+        _file(batches.by_run[key], key, item)
+    if trees is not None:
+        for tree in trees.release(flush=flush):
+            _file_synthesized(batches, grouped, tree)
+        _report_buffer(before, trees.stats)
     if grouped.unattributed:
         logger.error(
             "%d episode span(s) carry no %s on their Resource and cannot be attributed to a "
@@ -69,5 +110,102 @@ def group_by_run(views: Iterable[SpanView]) -> Grouped:
             grouped.unattributed,
             semconv.RUN_ID,
         )
-    grouped.batches = list(by_run.values())
+    grouped.batches = list(batches.by_run.values())
     return grouped
+
+
+def _file(
+    batch: RunBatch,
+    key: str,
+    item: RunStart
+    | RunEnd
+    | EpisodeArrival
+    | CorruptEpisode
+    | UnrecordedEpisode
+    | RunMetrics
+    | CorruptMetrics,
+) -> None:
+    if isinstance(item, EpisodeArrival):
+        batch.episodes.append(item)
+    elif isinstance(item, UnrecordedEpisode):
+        _file(
+            batch,
+            key,
+            CorruptEpisode(
+                item.episode_id,
+                "the episode span carries no record, and this consumer does not synthesise "
+                "records from span trees",
+            ),
+        )
+    elif isinstance(item, CorruptEpisode):
+        logger.error(
+            "Run %s: episode %s arrived damaged and is counted as lost: %s",
+            key,
+            item.episode_id or "(unknown id)",
+            item.reason,
+        )
+        batch.corrupt.append(item)
+    elif isinstance(item, RunMetrics):
+        batch.metrics.append(item)
+    elif isinstance(item, CorruptMetrics):
+        logger.error(
+            "Run %s: the metrics of step %s arrived damaged and are counted as lost: %s",
+            key,
+            item.step if item.step is not None else "(unknown)",
+            item.reason,
+        )
+        batch.corrupt_metrics.append(item)
+    elif isinstance(item, RunStart):
+        batch.start = item
+    elif isinstance(item, RunEnd):
+        batch.end = item
+
+
+def _file_synthesized(batches: _Batches, grouped: Grouped, tree: SpanTree) -> None:
+    root = tree.root.view
+    key = batches.key_of(root)
+    if key is None:
+        grouped.unattributed += 1
+        return
+    batch = batches.by_run[key]
+    _file(batch, key, _synthesized(tree, batch.identity))
+    grouped.synthesized += 1
+
+
+def _synthesized(tree: SpanTree, identity: RunIdentity) -> EpisodeArrival | CorruptEpisode:
+    """The tree's episode, or a counted loss when it cannot be built (a span
+    tree is outside input: it must never take the export down)."""
+    root = tree.root
+    try:
+        record = synthesize_record(root.view, tree.spans, identity)
+        raw = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except Exception as exc:
+        logger.exception(
+            "Run %s: synthesising episode %s failed", identity.local_id, root.episode_id
+        )
+        return CorruptEpisode(root.episode_id, f"its record could not be synthesised: {exc}")
+    step = record_step(record, root.view.attributes.get(semconv.RUN_STEP))
+    return EpisodeArrival(root.episode_id, record, raw, step)
+
+
+def _report_buffer(before: BufferStats | None, after: BufferStats) -> None:
+    """Log what the buffer could not keep whole since the last call."""
+    if before is None:
+        return
+    late = after.late_spans - before.late_spans
+    evicted = after.evicted_spans - before.evicted_spans
+    if late:
+        logger.warning(
+            "%d span(s) arrived after the episode they belong to was synthesised; that "
+            "episode went out without them (%d incomplete so far). Behind a collector, "
+            "raise the wait for stragglers.",
+            late,
+            after.incomplete_episodes,
+        )
+    if evicted:
+        logger.warning(
+            "%d span(s) were dropped to keep the span buffer within its bound; episodes "
+            "still waiting for them went out as they were (%d incomplete so far)",
+            evicted,
+            after.incomplete_episodes,
+        )

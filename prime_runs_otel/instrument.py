@@ -13,6 +13,7 @@ the consumer does not need them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,7 +21,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -35,11 +36,15 @@ from .errors import ConfigError, RecordError
 __all__ = [
     "MAX_CONFIG_SOURCE_BYTES",
     "capture_content_enabled",
+    "clean_metric_values",
+    "emit_metrics",
     "emit_run_end",
     "emit_run_start",
+    "episode_span",
     "normalize_config",
     "record_episode",
     "run_resource",
+    "score_episode",
 ]
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,13 @@ def run_resource(
     team_id: str | None = None,
     service_name: str | None = None,
     extra: Mapping[str, Any] | None = None,
+    max_steps: int | None = None,
+    batch_size: int | None = None,
+    rollouts_per_example: int | None = None,
+    seq_len: int | None = None,
+    wandb_project: str | None = None,
+    wandb_entity: str | None = None,
+    wandb_run_name: str | None = None,
 ) -> Resource:
     """The Resource naming one run; give it to that run's own ``TracerProvider``.
 
@@ -84,12 +96,33 @@ def run_resource(
     (for example after a restart) to keep reporting into the same run. The
     standard ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` still
     apply, but never override the run identity given here.
+
+    The training fields (``max_steps`` to ``wandb_run_name``) are what a
+    ``kind="train"`` run is registered with. Every process feeding one
+    training run (orchestrator, inference workers, trainer) builds the same
+    Resource: the run is created once, by whichever is seen first.
     """
     if kind not in sc.RUN_KINDS:
         raise ConfigError(f"kind={kind!r} is not one of 'eval' or 'train'")
     if isinstance(environments, str) or isinstance(tags, str):
         raise ConfigError("environments and tags take a list of strings, not a single string")
     attributes: Attributes = dict(extra or {})
+    attributes.update(
+        _training_attributes(
+            kind,
+            {
+                sc.RUN_MAX_STEPS: max_steps,
+                sc.RUN_BATCH_SIZE: batch_size,
+                sc.RUN_ROLLOUTS_PER_EXAMPLE: rollouts_per_example,
+                sc.RUN_SEQ_LEN: seq_len,
+            },
+            {
+                sc.RUN_WANDB_PROJECT: wandb_project,
+                sc.RUN_WANDB_ENTITY: wandb_entity,
+                sc.RUN_WANDB_RUN_NAME: wandb_run_name,
+            },
+        )
+    )
     attributes[sc.RUN_ID] = run_id or uuid.uuid4().hex
     attributes[sc.RUN_KIND] = kind
     optional = {
@@ -111,6 +144,27 @@ def run_resource(
     if not service_name and current.startswith("unknown_service"):
         resource = resource.merge(Resource({sc.SERVICE_NAME: sc.DEFAULT_SERVICE_NAME}))
     return resource
+
+
+def _training_attributes(
+    kind: str, counts: Mapping[str, int | None], texts: Mapping[str, str | None]
+) -> Attributes:
+    given = {key: value for key, value in {**counts, **texts}.items() if value is not None}
+    if given and kind != "train":
+        raise ConfigError(
+            f"{', '.join(key.rsplit('.', 1)[-1] for key in given)} only apply to a "
+            "training run; pass kind='train'"
+        )
+    attributes: Attributes = {}
+    for key, count in counts.items():
+        if count is None:
+            continue
+        if not _is_int(count) or count < 0:
+            name = key.rsplit(".", 1)[-1]
+            raise ConfigError(f"{name} must be a whole number of 0 or more, got {count!r}")
+        attributes[key] = int(count)
+    attributes.update((key, str(text)) for key, text in texts.items() if text)
+    return attributes
 
 
 def normalize_config(
@@ -217,6 +271,149 @@ def emit_run_end(
     if status in _ERROR_STATUSES:
         span.set_status(Status(StatusCode.ERROR, error or status))
     span.end()
+
+
+# ---------------------------------------------------------------------------
+# Step metrics
+# ---------------------------------------------------------------------------
+
+
+def clean_metric_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without NaN or infinity anywhere inside, and without nested
+    mappings that end up empty: the platform's strict JSON refuses the first
+    with an opaque 400, and shows the second as nothing."""
+    cleaned = _finite_or_drop(dict(values))
+    return cleaned if isinstance(cleaned, dict) else {}
+
+
+_DROP: Any = object()
+
+
+def _finite_or_drop(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return _DROP
+    if isinstance(value, Mapping):
+        kept: dict[str, Any] = {}
+        for key, item in value.items():
+            cleaned = _finite_or_drop(item)
+            if cleaned is _DROP or (isinstance(item, Mapping) and not cleaned):
+                continue
+            kept[str(key)] = cleaned
+        return kept
+    if isinstance(value, (list, tuple)):
+        return [kept for kept in (_finite_or_drop(item) for item in value) if kept is not _DROP]
+    return value
+
+
+def emit_metrics(
+    tracer: Tracer,
+    values: Mapping[str, Any],
+    *,
+    step: int | None = None,
+    timestamp: float | None = None,
+) -> int:
+    """Report one training step's metrics on a span of its own; returns the step.
+
+    ``step`` is required, here or as ``values["step"]`` (which wins, as in
+    prime-runs). Non-finite numbers are dropped rather than refused: a NaN
+    loss is a fact about the step, not a reason to lose the whole row. The
+    platform keeps one row per step, so logging a step again replaces it.
+    """
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"metrics must be a mapping of names to values, got {type(values)}")
+    row = clean_metric_values(values)
+    chosen = row.pop("step", step)
+    if not _is_int(chosen) or chosen < 0:
+        raise ConfigError(
+            f"a metrics row needs its training step as a whole number of 0 or more "
+            f"(step=... or values['step']), got {chosen!r}"
+        )
+    logged_at = row.pop("_timestamp", timestamp)
+    if not isinstance(logged_at, (int, float)) or not math.isfinite(logged_at):
+        logged_at = time.time()
+    try:
+        text = json.dumps(row, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the metrics of step {chosen} are not JSON-serialisable ({exc}); pass plain "
+            "str/int/float/bool/list/dict values"
+        ) from exc
+    attributes: Attributes = {sc.RUN_STEP: int(chosen), sc.RUN_METRICS_TIMESTAMP: float(logged_at)}
+    span = tracer.start_span(
+        sc.RUN_METRICS_SPAN, attributes=attributes, start_time=_ns(logged_at) or time.time_ns()
+    )
+    try:
+        _set_blob(span, tracer, sc.RUN_METRICS_VALUES, text)
+    finally:
+        span.end()
+    return int(chosen)
+
+
+# ---------------------------------------------------------------------------
+# Episodes from other instrumentations
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def episode_span(
+    tracer: Tracer,
+    *,
+    example_id: int | str,
+    episode_id: str | None = None,
+    env: str | None = None,
+    step: int | None = None,
+    group: str | None = None,
+    task_type: str | None = None,
+    answer: str | None = None,
+) -> Iterator[Span]:
+    """A current span for one rollout whose model calls another instrumentation
+    traces (OpenTelemetry GenAI, OpenInference, OpenLLMetry).
+
+    The exporter synthesises the episode record from the spans under it, so
+    code that is not built on verifiers still reports whole episodes. Set the
+    outcome with :func:`score_episode` before the block ends; an exception
+    escaping the block marks the episode failed.
+    """
+    if isinstance(example_id, bool) or not isinstance(example_id, (int, str)):
+        raise ConfigError(f"example_id must be an int or a str, got {example_id!r}")
+    attributes: Attributes = {sc.EPISODE_EXAMPLE_ID: example_id}
+    optional = {
+        sc.EPISODE_ID: episode_id,
+        sc.EPISODE_ENV: env,
+        sc.EPISODE_GROUP: group,
+        sc.EPISODE_TASK_TYPE: task_type,
+        sc.EPISODE_ANSWER: answer,
+    }
+    attributes.update((key, value) for key, value in optional.items() if value)
+    if step is not None:
+        if not _is_int(step) or step < 0:
+            raise ConfigError(f"step must be a whole number of 0 or more, got {step!r}")
+        attributes[sc.RUN_STEP] = step
+    with tracer.start_as_current_span(
+        sc.episode_span_name(env), attributes=attributes, record_exception=True
+    ) as span:
+        yield span
+
+
+def score_episode(
+    span: Span,
+    reward: float | None = None,
+    *,
+    scores: Mapping[str, float] | None = None,
+    metrics: Mapping[str, float] | None = None,
+) -> None:
+    """The outcome of an :func:`episode_span`.
+
+    ``reward`` is the episode's reward as the trainer uses it; ``scores`` are
+    named reward components (without ``reward`` their sum is the reward);
+    ``metrics`` are anything else measured.
+    """
+    if reward is not None:
+        span.set_attribute(sc.EPISODE_REWARD, float(reward))
+    for name, score in (scores or {}).items():
+        span.set_attribute(sc.AGENT_REWARD_PREFIX + str(name), float(score))
+    for name, value in (metrics or {}).items():
+        span.set_attribute(sc.AGENT_METRIC_PREFIX + str(name), float(value))
 
 
 # ---------------------------------------------------------------------------

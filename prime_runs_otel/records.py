@@ -20,17 +20,23 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import semconv as sc
+from ._json import loads as fast_loads
 from .errors import RecordError
 from .spans import SpanView
 
 __all__ = [
     "CorruptEpisode",
+    "CorruptMetrics",
     "EpisodeArrival",
     "RunEnd",
     "RunIdentity",
+    "RunMetrics",
     "RunStart",
+    "UnrecordedEpisode",
     "decode_blob",
+    "derived_episode_id",
     "read_span",
+    "record_step",
     "run_identity",
 ]
 
@@ -55,6 +61,14 @@ class RunIdentity:
     description: str | None = None
     attach: str | None = None
     team_id: str | None = None
+    #: Training runs only: what the run is registered with.
+    max_steps: int | None = None
+    batch_size: int | None = None
+    rollouts_per_example: int | None = None
+    seq_len: int | None = None
+    wandb_project: str | None = None
+    wandb_entity: str | None = None
+    wandb_run_name: str | None = None
 
     def to_json(self) -> str:
         """Stable JSON for the spool, where the identity outlives the process."""
@@ -102,11 +116,14 @@ class EpisodeArrival:
 
     ``raw`` is the exact UTF-8 JSON the producer serialised, so uploads can
     reuse those bytes (and their digest) instead of serialising again.
+    ``step`` is the training step the episode is *training work* of (see
+    :func:`record_step`); ``None`` for eval work and for eval runs.
     """
 
     episode_id: str
     record: dict[str, Any]
     raw: bytes
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +134,45 @@ class CorruptEpisode:
     reason: str
 
 
-SpanMeaning = RunStart | RunEnd | EpisodeArrival | CorruptEpisode
+@dataclass(frozen=True)
+class UnrecordedEpisode:
+    """An episode span without a record: its record is to be synthesised from
+    the spans under it once they are all in (``prime_runs_otel.synthesis``)."""
+
+    episode_id: str
+    view: SpanView
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """One training step's metrics, as ``POST /rft/metrics`` takes them."""
+
+    step: int
+    values: dict[str, Any]
+    timestamp: float
+
+    def row(self) -> dict[str, Any]:
+        """The platform row: the values plus ``step`` and ``_timestamp``."""
+        return {**self.values, "step": self.step, "_timestamp": self.timestamp}
+
+
+@dataclass(frozen=True)
+class CorruptMetrics:
+    """A metrics span whose values cannot be trusted: to be counted and logged."""
+
+    step: int | None
+    reason: str
+
+
+SpanMeaning = (
+    RunStart
+    | RunEnd
+    | EpisodeArrival
+    | CorruptEpisode
+    | UnrecordedEpisode
+    | RunMetrics
+    | CorruptMetrics
+)
 
 
 def run_identity(resource: Mapping[str, Any]) -> RunIdentity | None:
@@ -140,6 +195,13 @@ def run_identity(resource: Mapping[str, Any]) -> RunIdentity | None:
         description=_text(resource.get(sc.RUN_DESCRIPTION)),
         attach=_text(resource.get(sc.RUN_ATTACH)),
         team_id=_text(resource.get(sc.RUN_TEAM_ID)),
+        max_steps=_whole_number(resource.get(sc.RUN_MAX_STEPS)),
+        batch_size=_whole_number(resource.get(sc.RUN_BATCH_SIZE)),
+        rollouts_per_example=_whole_number(resource.get(sc.RUN_ROLLOUTS_PER_EXAMPLE)),
+        seq_len=_whole_number(resource.get(sc.RUN_SEQ_LEN)),
+        wandb_project=_text(resource.get(sc.RUN_WANDB_PROJECT)),
+        wandb_entity=_text(resource.get(sc.RUN_WANDB_ENTITY)),
+        wandb_run_name=_text(resource.get(sc.RUN_WANDB_RUN_NAME)),
     )
 
 
@@ -147,16 +209,56 @@ def read_span(view: SpanView) -> SpanMeaning | None:
     """What one span says about its run; ``None`` for spans that are not ours.
 
     Agent and model-call spans return ``None`` too: everything the platform
-    needs is on the episode span's record.
+    needs is on the episode span's record, or is synthesised from the span
+    tree under an :class:`UnrecordedEpisode`.
     """
     attributes = view.attributes
-    if sc.EPISODE_ID in attributes:
-        return _read_episode(attributes)
+    if sc.EPISODE_ID in attributes or sc.EPISODE_EXAMPLE_ID in attributes:
+        if _carries_record(attributes) or sc.EPISODE_EXAMPLE_ID not in attributes:
+            return _read_episode(attributes)
+        return UnrecordedEpisode(_episode_id_of(view), view)
+    if view.name == sc.RUN_METRICS_SPAN:
+        return _read_metrics(attributes)
     if view.name == sc.RUN_START_SPAN:
         return _read_run_start(attributes)
     if view.name == sc.RUN_END_SPAN:
         return _read_run_end(attributes)
     return None
+
+
+def record_step(record: Mapping[str, Any], span_step: Any = None) -> int | None:
+    """The training step an episode is training work of, else ``None``.
+
+    The record's ``run.work`` decides when it has one (verifiers'
+    ``TrainRunInfo``): eval work dispatched during training has a step but no
+    row in the training sample table. Records without it (other producers)
+    fall back to the span's ``prime.run.step``.
+    """
+    run = record.get("run")
+    work = run.get("work") if isinstance(run, Mapping) else None
+    if isinstance(work, Mapping):
+        if work.get("type", "train") != "train":
+            return None
+        return _whole_number(work.get("step"))
+    return _whole_number(span_step)
+
+
+def derived_episode_id(view: SpanView) -> str:
+    """An id for an episode span that names none: its trace and span ids, so a
+    copy of the same span (a collector's retry) is the same episode."""
+    return f"{view.trace_id:032x}{view.span_id:016x}"
+
+
+def _episode_id_of(view: SpanView) -> str:
+    given = view.attributes.get(sc.EPISODE_ID)
+    return given if isinstance(given, str) and given else derived_episode_id(view)
+
+
+def _carries_record(attributes: Mapping[str, Any]) -> bool:
+    """Any part of a record blob: a partial one is a damaged record, not a
+    span to synthesise from."""
+    key = sc.EPISODE_RECORD
+    return any(name in attributes for name in (key, sc.blob_size_key(key), sc.blob_sha256_key(key)))
 
 
 def decode_blob(attributes: Mapping[str, Any], key: str) -> bytes:
@@ -191,7 +293,7 @@ def _read_episode(attributes: Mapping[str, Any]) -> EpisodeArrival | CorruptEpis
     except RecordError as exc:
         return CorruptEpisode(episode_id, str(exc))
     try:
-        record = json.loads(raw)
+        record = fast_loads(raw)
     except ValueError as exc:
         return CorruptEpisode(episode_id, f"the episode record is not valid JSON: {exc}")
     if not isinstance(record, dict):
@@ -202,7 +304,28 @@ def _read_episode(attributes: Mapping[str, Any]) -> EpisodeArrival | CorruptEpis
             f"the record's id {record.get('id')!r} does not match the span's "
             f"{sc.EPISODE_ID}={raw_id!r}",
         )
-    return EpisodeArrival(episode_id, record, raw)
+    return EpisodeArrival(episode_id, record, raw, record_step(record, attributes.get(sc.RUN_STEP)))
+
+
+def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
+    step = _whole_number(attributes.get(sc.RUN_STEP))
+    if step is None:
+        return CorruptMetrics(None, f"the metrics span has no whole-number {sc.RUN_STEP}")
+    try:
+        values = json.loads(decode_blob(attributes, sc.RUN_METRICS_VALUES))
+    except (RecordError, ValueError) as exc:
+        return CorruptMetrics(step, f"the metrics of step {step} are damaged: {exc}")
+    if not isinstance(values, dict):
+        return CorruptMetrics(step, f"the metrics of step {step} are not a JSON object")
+    timestamp = attributes.get(sc.RUN_METRICS_TIMESTAMP)
+    if isinstance(timestamp, str):
+        try:
+            timestamp = float(timestamp)
+        except ValueError:
+            timestamp = None
+    if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool):
+        timestamp = 0.0
+    return RunMetrics(step, values, float(timestamp))
 
 
 def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:

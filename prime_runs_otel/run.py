@@ -22,9 +22,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from .config import Settings, resolve_settings
-from .errors import PrimeRunsOtelError
+from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
-from .instrument import emit_run_end, emit_run_start, normalize_config, record_episode, run_resource
+from .instrument import (
+    emit_metrics,
+    emit_run_end,
+    emit_run_start,
+    normalize_config,
+    record_episode,
+    run_resource,
+)
+from .projection import parquet_available
 
 logger = logging.getLogger(__name__)
 
@@ -146,8 +154,11 @@ class Run:
         finish_timeout: float,
         capture_content: bool | None,
         queue: QueueGauge | None = None,
+        kind: str = "eval",
+        owns_run: bool = True,
     ) -> None:
         self.id = local_id
+        self.kind = kind
         self._queue = queue
         self._provider = provider
         self._exporter = exporter
@@ -157,7 +168,10 @@ class Run:
         self._recorded = 0
         self._lock = threading.Lock()
         self._finished = False
-        self._owns_lifecycle = True
+        # A process feeding a run somebody else owns (a worker of a training
+        # run) never ends it: the owner does, or its absence is a crash.
+        self._owns_lifecycle = owns_run
+        self._warned_metrics = False
         self.result: RunResult | None = None
         atexit.register(self._on_exit)
         reference = weakref.ref(self)
@@ -167,6 +181,12 @@ class Run:
     def tracer(self) -> Any:
         """The run's tracer, for spans of your own under the run's Resource."""
         return self._tracer
+
+    @property
+    def tracer_provider(self) -> TracerProvider:
+        """The run's provider, for instrumentations that take one (their
+        spans then carry the run's Resource)."""
+        return self._provider
 
     @property
     def settings(self) -> Settings:
@@ -197,6 +217,30 @@ class Run:
         if self._queue is not None:
             self._queue.wait_for_room()
         return record_episode(self._tracer, episode, capture_content=self._capture_content)
+
+    def log_metrics(self, values: Mapping[str, Any], *, step: int | None = None) -> int | None:
+        """Report one training step's metrics; returns the step.
+
+        ``step`` (or ``values["step"]``) is required. Non-finite numbers are
+        dropped, and each row gets a ``_timestamp``. The platform keeps one
+        row per step, so logging a step again replaces its row. An eval run
+        has no step metrics: there this does nothing (and says so once).
+        """
+        with self._lock:
+            if self._finished:
+                raise RunFinishedError(
+                    f"run {self.id} is finished; its metrics can no longer change"
+                )
+        if self.kind != "train":
+            if not self._warned_metrics:
+                self._warned_metrics = True
+                logger.warning(
+                    "Run %s is an eval run: step metrics belong to training runs "
+                    "(start_run(kind='train', ...)); log_metrics does nothing here",
+                    self.id,
+                )
+            return None
+        return emit_metrics(self._tracer, values, step=step)
 
     def finish(
         self, status: str = "completed", error: str | None = None, *, timeout: float | None = None
@@ -308,6 +352,14 @@ def start_run(
     finish_timeout: float | None = None,
     capture_content: bool | None = None,
     settings: Settings | None = None,
+    max_steps: int | None = None,
+    batch_size: int | None = None,
+    rollouts_per_example: int | None = None,
+    seq_len: int | None = None,
+    wandb_project: str | None = None,
+    wandb_entity: str | None = None,
+    wandb_run_name: str | None = None,
+    owns_run: bool = True,
 ) -> Run:
     """Open a run: a Resource naming it, a TracerProvider with a
     BatchSpanProcessor and :class:`PrimeRunsSpanExporter`, and the run-start
@@ -317,6 +369,14 @@ def start_run(
     the file the run was launched from (``config_file``), kept byte for byte
     under ``config_source``. Nothing in it is redacted: keep secrets in the
     environment.
+
+    ``kind="train"`` opens a training run: ``model`` is the base model,
+    ``max_steps`` to ``wandb_run_name`` what it is registered with, and a team
+    is required (``team_id`` or ``PRIME_TEAM_ID``). Every process feeding one
+    training run passes the same ``run_id``; the one that owns the run (the
+    trainer, which logs the step metrics) keeps ``owns_run=True`` and ends it,
+    the others (inference workers, an orchestrator) pass ``owns_run=False``.
+    ``attach`` joins a run a launcher already registered (a hosted run's id).
     """
     if kind not in ("eval", "train"):
         raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
@@ -329,6 +389,8 @@ def start_run(
         spool_dir=spool_dir,
         finish_timeout=finish_timeout,
     )
+    if kind == "train":
+        _check_training_run(settings, model=model, team_id=team_id, attach=attach)
     resource = run_resource(
         run_id=run_id,
         kind=kind,
@@ -340,8 +402,15 @@ def start_run(
         description=description,
         attach=attach,
         team_id=team_id,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        rollouts_per_example=rollouts_per_example,
+        seq_len=seq_len,
+        wandb_project=wandb_project,
+        wandb_entity=wandb_entity,
+        wandb_run_name=wandb_run_name,
     )
-    exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0)
+    exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0, ends_runs=owns_run)
     provider = TracerProvider(resource=resource)
     bsp = _bsp_settings()
     processor = BatchSpanProcessor(
@@ -360,6 +429,32 @@ def start_run(
         finish_timeout=settings.finish_timeout,
         capture_content=capture_content,
         queue=QueueGauge.of(processor),
+        kind=kind,
+        owns_run=owns_run,
     )
-    emit_run_start(run.tracer, metadata)
+    if owns_run or metadata:
+        # A worker's empty config must not stand in for the owner's.
+        emit_run_start(run.tracer, metadata)
     return run
+
+
+def _check_training_run(
+    settings: Settings, *, model: str | None, team_id: str | None, attach: str | None
+) -> None:
+    """What a training run needs to reach the platform, checked before any
+    span: a run that cannot be registered is better refused at start than
+    found unregistered after days of training."""
+    if settings.mode != "online":
+        return
+    if attach is None and not model:
+        raise ConfigError("a training run needs its base model: pass model=... to start_run()")
+    if attach is None and not (team_id or settings.team_id):
+        raise ConfigError(
+            "a training run needs a team: pass team_id=... or set PRIME_TEAM_ID. External "
+            "training runs belong to a team, and the platform enables them per team"
+        )
+    if settings.traces_opt_out and not parquet_available():
+        raise ConfigError(
+            "opting out of Prime Traces sends a training run's samples to the legacy step "
+            "table, which is Parquet and needs pyarrow: pip install 'prime-runs-otel[train]'"
+        )

@@ -56,6 +56,17 @@ RUN_TEAM_ID: Final = "prime.run.team_id"
 
 RUN_KINDS: Final = ("eval", "train")
 
+#: Training runs only: what the run is registered with on the platform. Ints,
+#: or their decimal strings (``OTEL_RESOURCE_ATTRIBUTES`` carries strings only).
+#: ``max_steps`` 0 (or absent) says the length is unknown.
+RUN_MAX_STEPS: Final = "prime.run.max_steps"
+RUN_BATCH_SIZE: Final = "prime.run.batch_size"
+RUN_ROLLOUTS_PER_EXAMPLE: Final = "prime.run.rollouts_per_example"
+RUN_SEQ_LEN: Final = "prime.run.seq_len"
+RUN_WANDB_PROJECT: Final = "prime.run.wandb_project"
+RUN_WANDB_ENTITY: Final = "prime.run.wandb_entity"
+RUN_WANDB_RUN_NAME: Final = "prime.run.wandb_run_name"
+
 # --------------------------------------------------------------------------
 # Run-start span: the config, sent once per run.
 # --------------------------------------------------------------------------
@@ -81,6 +92,21 @@ RUN_ERROR: Final = "prime.run.error"
 RUN_EPISODES_RECORDED: Final = "prime.run.episodes_recorded"
 
 # --------------------------------------------------------------------------
+# Metrics span: one training step's metrics (``Run.log_metrics``). A span
+# rather than an OpenTelemetry metric because a step row is one event with a
+# step and a timestamp, must be delivered exactly like an episode (durably,
+# once per step), and any number of processes may report it.
+# --------------------------------------------------------------------------
+
+RUN_METRICS_SPAN: Final = "prime.run.metrics"
+#: Blob holding the JSON object of metric values (finite numbers, strings,
+#: bools; nested objects allowed), without ``step``.
+RUN_METRICS_VALUES: Final = "prime.run.metrics.values"
+#: Epoch seconds the values were logged at (the row's ``_timestamp``).
+RUN_METRICS_TIMESTAMP: Final = "prime.run.metrics.timestamp"
+# The step travels as RUN_STEP, the same attribute episodes carry.
+
+# --------------------------------------------------------------------------
 # Episode span: one rollout. Identified by the presence of EPISODE_ID, not by
 # its name, because the name embeds the environment.
 # --------------------------------------------------------------------------
@@ -100,10 +126,35 @@ EPISODE_STOP_CONDITION: Final = "prime.episode.stop_condition"
 EPISODE_ERROR_COUNT: Final = "prime.episode.error.count"
 EPISODE_ERROR_TYPE: Final = "prime.episode.error.type"
 EPISODE_ERROR_MESSAGE: Final = "prime.episode.error.message"
-#: Training step the episode was dispatched at (``run.work.step``).
+#: Training step the episode was dispatched at (``run.work.step``), and the
+#: step of a metrics span.
 RUN_STEP: Final = "prime.run.step"
 #: Blob holding the native episode record, the canonical form.
 EPISODE_RECORD: Final = "prime.episode.record"
+
+# --------------------------------------------------------------------------
+# Episodes without a record: a span tree from another instrumentation
+# (OpenTelemetry GenAI, OpenInference, OpenLLMetry) under an episode span.
+#
+# A span that carries EPISODE_EXAMPLE_ID but no EPISODE_RECORD is such an
+# episode: its record is synthesised from its descendants (see
+# ``prime_runs_otel.synthesis``). EPISODE_ID is optional there; without it
+# the episode's id is derived from the span's trace and span ids, so a
+# collector's duplicate is still the same episode. Rewards come from
+# EPISODE_REWARD, AGENT_REWARD_PREFIX attributes and evaluation events.
+# --------------------------------------------------------------------------
+
+#: ``prime.agent.metric.{name}``: one named metric (a number), on the episode
+#: span or an agent span.
+AGENT_METRIC_PREFIX: Final = "prime.agent.metric."
+#: The task's type name and reference answer, for the flat sample tables.
+EPISODE_TASK_TYPE: Final = "prime.episode.task_type"
+EPISODE_ANSWER: Final = "prime.episode.answer"
+
+#: The GenAI conventions' evaluation event, read as a named reward score.
+GEN_AI_EVALUATION_EVENT: Final = "gen_ai.evaluation.result"
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE: Final = "gen_ai.evaluation.score.value"
 
 # --------------------------------------------------------------------------
 # Agent spans: one per trace, children of the episode span.

@@ -139,6 +139,7 @@ CREATE TABLE IF NOT EXISTS producers (
     pid INTEGER NOT NULL,
     pid_start TEXT NOT NULL,
     last_seen REAL NOT NULL,
+    owner INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (run_id, host, pid, pid_start)
 );
 CREATE TABLE IF NOT EXISTS lease (
@@ -152,6 +153,7 @@ CREATE TABLE IF NOT EXISTS lease (
 #: file so that an upgrade never needs the spool emptied first.
 _ADDED_COLUMNS = {
     "episodes": (("step", "INTEGER"),),
+    "producers": (("owner", "INTEGER NOT NULL DEFAULT 1"),),
     "uploads": (
         ("step", "INTEGER"),
         ("sample_offset", "INTEGER"),
@@ -493,14 +495,21 @@ class Spool:
     # -- ingestion (export()) -------------------------------------------------
 
     def ingest(
-        self, batches: Sequence[RunBatch], *, mode: str, register_producer: bool = True
+        self,
+        batches: Sequence[RunBatch],
+        *,
+        mode: str,
+        register_producer: bool = True,
+        owns_runs: bool = True,
     ) -> IngestOutcome:
         """Commit a whole export batch in one transaction.
 
         ``register_producer``: record this process as feeding the runs, so its
         death without an end span marks them crashed. A receiver behind a
         collector passes ``False``: its runs are fed by remote producers, whose
-        silence (an idle timeout) is what tells a crash.
+        silence (an idle timeout) is what tells a crash. ``owns_runs=False``
+        registers a process that feeds runs somebody else owns (a worker of a
+        training run): its exit says nothing about whether the run crashed.
 
         Idempotent: an episode already in the spool for its run is counted as
         a duplicate and changes nothing, so collector retries and replays are
@@ -520,10 +529,10 @@ class Spool:
                 summary = self._ensure_run(db, batch.identity, mode=mode, now=now)
                 if register_producer:
                     db.execute(
-                        "INSERT INTO producers (run_id, host, pid, pid_start, last_seen) "
-                        "VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT DO UPDATE SET last_seen = excluded.last_seen",
-                        (local_id, host, pid, start, now),
+                        "INSERT INTO producers (run_id, host, pid, pid_start, last_seen, owner) "
+                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+                        "last_seen = excluded.last_seen, owner = excluded.owner",
+                        (local_id, host, pid, start, now, int(owns_runs)),
                     )
                 if batch.start is not None:
                     db.execute(
@@ -754,9 +763,7 @@ class Spool:
                 for seq, episode_id, number, has_traces, record, size, step in cursor:
                     if rows and (total + size > max_bytes or len(rows) >= max_count):
                         break
-                    rows.append(
-                        EpisodeRow(seq, episode_id, number, bool(has_traces), record, step)
-                    )
+                    rows.append(EpisodeRow(seq, episode_id, number, bool(has_traces), record, step))
                     total += size
             finally:
                 cursor.close()
@@ -809,9 +816,14 @@ class Spool:
         )
         return StepUpload(*rows[0]) if rows else None
 
-    def producers(self, run_id: str) -> list[tuple[str, int, str, float]]:
+    def producers(
+        self, run_id: str, *, owners_only: bool = False
+    ) -> list[tuple[str, int, str, float]]:
+        """Processes feeding the run; ``owners_only``: those whose exit ends it."""
         rows = self._query(
-            "SELECT host, pid, pid_start, last_seen FROM producers WHERE run_id = ?", (run_id,)
+            "SELECT host, pid, pid_start, last_seen FROM producers WHERE run_id = ?"
+            + (" AND owner = 1" if owners_only else ""),
+            (run_id,),
         )
         return [(host, pid, start, seen) for host, pid, start, seen in rows]
 
@@ -997,26 +1009,25 @@ class Spool:
             )
             return cursor.rowcount == 1
 
+    def step_upload_count(self, run_id: str, step: int) -> int:
+        """How many objects of ``step`` were begun: the next one's index."""
+        rows = self._query(
+            "SELECT COUNT(*) FROM uploads WHERE run_id = ? AND kind = 'steps' AND step = ?",
+            (run_id, step),
+        )
+        return int(rows[0][0])
+
     def begin_step_upload(
-        self, run_id: str, step: int, seqs: Sequence[int], body: bytes, *, stride: int
+        self, run_id: str, step: int, seqs: Sequence[int], body: bytes, sample_offset: int
     ) -> str:
         """Persist one Parquet object of ``step`` and claim its episodes, so a
-        restart sends these very bytes again rather than a second object.
-
-        Each object of a step numbers its samples from its own range
-        (``index * stride``): the viewer looks samples up by step and id, and
-        a step may take several objects (late episodes, several batches).
-        """
+        restart sends these very bytes again rather than a second object."""
         upload_id = f"steps:{uuid.uuid4().hex}"
         with self._transaction() as db:
-            index = db.execute(
-                "SELECT COUNT(*) FROM uploads WHERE run_id = ? AND kind = 'steps' AND step = ?",
-                (run_id, step),
-            ).fetchone()[0]
             db.execute(
                 "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at, "
                 "step, sample_offset) VALUES (?, ?, 'steps', ?, ?, 'pending', ?, ?, ?)",
-                (upload_id, run_id, body, len(seqs), time.time(), step, int(index) * stride),
+                (upload_id, run_id, body, len(seqs), time.time(), step, sample_offset),
             )
             db.executemany(
                 "UPDATE episodes SET state = 'uploading', upload_id = ? "

@@ -32,6 +32,7 @@ from typing import Any
 from .config import Settings
 from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
 from .platform.http import PlatformClient, PlatformError
+from .platform.rft import RftAPI
 from .platform.traces import SERVICE_NOT_ENABLED, TracesAPI
 from .projection import (
     MAX_SAMPLES_PAYLOAD_BYTES,
@@ -43,6 +44,7 @@ from .projection import (
     traces_line,
 )
 from .spool import EpisodeRow, RunRow, Spool, lease_owner, process_alive
+from .training import TrainingLifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +133,8 @@ class Uploader:
         self._evals: EvalsAPI | None = None
         self._platform: PlatformClient | None = None
         self._traces: TracesAPI | None = None
+        self._rft: RftAPI | None = None
+        self._lifecycle: TrainingLifecycle | None = None
         self._lock = threading.Lock()
 
     @property
@@ -239,6 +243,9 @@ class Uploader:
             run = self._reload(run)
         if run.create_state != "created" or run.platform_id is None:
             return
+        if run.kind == "train":
+            self._advance_training(run)
+            return
         self._resume_open_uploads(run)
         while self._deliver_batch(self._reload(run)):
             self._renew_lease()
@@ -247,6 +254,31 @@ class Uploader:
         run = self._reload(run)
         if run.end_status is not None and self._ready_to_close(run):
             self._close(run)
+
+    def _advance_training(self, run: RunRow) -> None:
+        """A training run: metrics rows beside its episodes, then the RFT close.
+        Every retryable failure pauses the run; none retires it."""
+        training = self._training()
+        try:
+            training.note_url(run)
+            training.deliver_metrics(run)
+            self._resume_open_uploads(run)
+            while self._deliver_batch(self._reload(run)):
+                self._renew_lease()
+                if self._stopping.is_set():
+                    return
+            training.deliver_metrics(self._reload(run))
+            run = self._reload(run)
+            if (
+                run.end_status is not None
+                and not training.metrics_pending(run)
+                and self._ready_to_close(run)
+            ):
+                training.close(run)
+        except PlatformError as exc:
+            if exc.retryable:
+                raise Backoff(exc) from exc
+            raise
 
     def _reload(self, run: RunRow) -> RunRow:
         fresh = self._spool.run(run.local_id)
@@ -281,9 +313,34 @@ class Uploader:
                 )
             return self._evals, self._traces
 
+    def _training(self) -> TrainingLifecycle:
+        if self._lifecycle is None:
+            self._lifecycle = TrainingLifecycle(
+                self._spool,
+                self._rft_api,
+                team_id=self._settings.team_id,
+                fail_create=self._fail_create,
+            )
+        return self._lifecycle
+
+    def _rft_api(self) -> RftAPI:
+        """The RFT client, addressed by the base URL (a hosted run's launcher
+        hands its internal RFT root there)."""
+        self._apis()  # the same credential check, and the traces client a run needs
+        with self._lock:
+            if self._rft is None:
+                settings = self._settings
+                self._rft = RftAPI(
+                    api_key=settings.api_key,
+                    base_url=settings.base_url,
+                    frontend_url=settings.frontend_url,
+                    team_id=settings.team_id,
+                )
+            return self._rft
+
     def _close_clients(self) -> None:
         with self._lock:
-            for client in (self._platform, self._traces):
+            for client in (self._platform, self._traces, self._rft):
                 if client is not None:
                     try:
                         client.close()
@@ -291,6 +348,7 @@ class Uploader:
                         logger.debug("closing a platform client failed: %s", exc)
             self._platform = self._traces = None
             self._evals = None
+            self._rft = None
 
     # -- create ----------------------------------------------------------------
 
@@ -302,14 +360,13 @@ class Uploader:
         process dies), the run is looked up by the marker in its metadata; it
         is created again only when the platform does not have it.
         """
-        evals, _ = self._apis()
-        if run.kind != "eval":
-            self._fail_create(
-                run,
-                f"run kind {run.kind!r} is not delivered by this version; only eval runs are. "
-                "Its episodes stay in the spool.",
-            )
+        if run.kind == "train":
+            try:
+                self._training().create(run)
+            except PlatformError as exc:
+                raise Backoff(exc) from exc
             return
+        evals, _ = self._apis()
         environments = list(run.identity.environments)
         if run.create_state == "creating" and self._found_earlier_create(run, evals):
             return
@@ -427,6 +484,8 @@ class Uploader:
         for upload in self._spool.open_uploads(run.local_id):
             if upload.kind == "traces" and upload.body is not None:
                 self._send_traces(run, upload.upload_id, upload.body)
+            elif upload.kind == "steps":
+                self._training().send_step(run, upload.upload_id)
             elif upload.kind == "samples":
                 count = self._spool.end_samples_request(run.local_id, upload.upload_id, "uncertain")
                 logger.warning(
@@ -449,7 +508,10 @@ class Uploader:
         else:
             if run.sink == "traces":
                 self._spool.update_run(run.local_id, sink="samples")
-            self._deliver_samples(run, episodes)
+            if run.kind == "train":
+                self._training().deliver_step_tables(run, episodes)
+            else:
+                self._deliver_samples(run, episodes)
         return True
 
     def _deliver_traces(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
@@ -457,7 +519,9 @@ class Uploader:
         lines: list[bytes] = []
         seqs: list[int] = []
         for episode in episodes:
-            line = traces_line(json.loads(episode.record), run.platform_id, run.kind)
+            line = traces_line(
+                json.loads(episode.record), run.platform_id, run.kind, step=episode.step
+            )
             if len(line) - 1 > MAX_TRACES_LINE_BYTES:
                 self._spool.fail_episodes(
                     run.local_id,
@@ -681,7 +745,8 @@ class Uploader:
         """
         now = time.time()
         host = socket.gethostname()
-        producers = self._spool.producers(run.local_id)
+        # A worker feeding somebody else's run ending says nothing of the run.
+        producers = self._spool.producers(run.local_id, owners_only=True)
         alive = False
         local_alive = False
         for producer_host, pid, start, seen in producers:
