@@ -280,14 +280,16 @@ def _run_json(spool: Spool, run: RunRow) -> dict[str, Any]:
         "url": run.url,
         "sink": run.sink,
         "episodes": run.episodes,
-        "pending": spool.pending_count(run.local_id),
+        # Local runs wait for nobody: their episodes are stored, to be pushed.
+        "pending": spool.pending_count(run.local_id) if run.mode == "online" else 0,
+        "not_pushed": spool.pending_count(run.local_id) if run.mode == "local" else 0,
         "duplicates": run.duplicates,
         "corrupt": run.corrupt,
         "rejected": run.rejected,
         "uncertain": run.uncertain,
         "failed": run.failed,
         "last_error": run.last_error,
-        "created_at": run.created_at,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(run.created_at)),
         "summary": run_summary(run),
         "spool": str(spool.path),
     }
