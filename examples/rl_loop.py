@@ -31,7 +31,7 @@ import openai
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
 import prime_runs_otel
-from prime_runs_otel.instrument import episode_span, score_episode
+from prime_runs_otel import episode_span, score_episode
 from prime_runs_otel.testing.fake_openai import FakeOpenAI
 
 STEPS = 3

@@ -12,11 +12,14 @@ from .config import Settings, resolve_settings
 from .errors import ConfigError, PrimeRunsOtelError, RecordError
 from .exporter import PrimeRunsSpanExporter
 from .instrument import (
+    emit_metrics,
     emit_run_end,
     emit_run_start,
+    episode_span,
     normalize_config,
     record_episode,
     run_resource,
+    score_episode,
 )
 from .run import Run, RunFinishedError, RunResult, start_run
 
@@ -29,11 +32,14 @@ __all__ = [
     "RunFinishedError",
     "RunResult",
     "Settings",
+    "emit_metrics",
     "emit_run_end",
     "emit_run_start",
+    "episode_span",
     "normalize_config",
     "record_episode",
     "resolve_settings",
     "run_resource",
+    "score_episode",
     "start_run",
 ]

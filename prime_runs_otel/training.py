@@ -65,9 +65,14 @@ class TrainingLifecycle:
         time: the run is marked as not created, with what to check, and
         ``prime-runs-otel push`` registers it again once somebody has.
         """
-        identity = run.identity
         if self._awaiting_owner(run):
             return
+        # Read again after the owner check: the owner's config is committed in
+        # the same transaction that registers it, so a fresh read sees it.
+        fresh = self._spool.run(run.local_id)
+        if fresh is not None:
+            run = fresh
+        identity = run.identity
         try:
             payload = external_run_payload(
                 base_model=identity.model,
@@ -123,9 +128,9 @@ class TrainingLifecycle:
         if run.config is not None or run.identity.attach is not None:
             return False
         local_id = run.local_id
-        return bool(self._spool.producers(local_id)) and not self._spool.producers(
-            local_id, owners_only=True
-        )
+        if self._spool.producers(local_id, owners_only=True):
+            return False
+        return bool(self._spool.producers(local_id))
 
     def note_url(self, run: RunRow) -> None:
         """An attached run's dashboard address, which no create answer gave."""

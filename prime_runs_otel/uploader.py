@@ -18,7 +18,6 @@ that is recorded on the run for ``prime-runs-otel show`` and ``push``.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -29,6 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._json import loads as fast_loads
 from .config import Settings
 from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
 from .platform.http import PlatformClient, PlatformError
@@ -113,7 +113,7 @@ class Uploader:
         settings: Settings,
         *,
         poll_interval: float = 0.5,
-        lease_ttl: float = 30.0,
+        lease_ttl: float = 120.0,
         idle_timeout: float | None = None,
     ) -> None:
         self._spool = spool
@@ -520,7 +520,7 @@ class Uploader:
         seqs: list[int] = []
         for episode in episodes:
             line = traces_line(
-                json.loads(episode.record), run.platform_id, run.kind, step=episode.step
+                fast_loads(episode.record), run.platform_id, run.kind, step=episode.step
             )
             if len(line) - 1 > MAX_TRACES_LINE_BYTES:
                 self._spool.fail_episodes(
@@ -541,6 +541,7 @@ class Uploader:
 
     def _send_traces(self, run: RunRow, upload_id: str, body: bytes) -> None:
         _, traces = self._apis()
+        self._renew_lease()  # a large upload may take a while: keep the lease for its length
         try:
             traces.upload_episodes(body, upload_id, self._context(run))
         except PlatformError as exc:
@@ -630,7 +631,7 @@ class Uploader:
 
     def _sample_rows(self, run: RunRow, episode: EpisodeRow) -> list[dict[str, Any]] | None:
         try:
-            return episode_sample_rows(json.loads(episode.record), episode.rollout_number or 1)
+            return episode_sample_rows(fast_loads(episode.record), episode.rollout_number or 1)
         except Exception as exc:
             reason = f"episode {episode.episode_id} has no sample projection: {exc}"
             self._spool.fail_episodes(run.local_id, [episode.seq], reason)
