@@ -1,0 +1,100 @@
+"""Configuration precedence (argument → environment → ~/.prime/config.json, as
+the prime CLI does) and the OpenTelemetry settings start_run honours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import prime_runs_otel as pro
+from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.errors import ConfigError
+
+
+def _write_config(home: Path, **values: object) -> None:
+    folder = home / ".prime"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(values))
+
+
+def test_config_file_then_environment_then_argument(
+    isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = isolated_environment / "home"
+    _write_config(
+        home,
+        api_key="from-file",
+        base_url="https://file.example/api/v1",
+        team_id="team-file",
+        traces_opt_out=True,
+    )
+    settings = resolve_settings()
+    assert (settings.api_key, settings.base_url, settings.team_id) == (
+        "from-file",
+        "https://file.example",
+        "team-file",
+    )
+    assert settings.traces_opt_out and settings.mode == "online"
+
+    monkeypatch.setenv("PRIME_API_KEY", "from-env")
+    monkeypatch.setenv("PRIME_API_BASE_URL", "https://env.example")
+    monkeypatch.setenv("PRIME_TRACES_OPT_OUT", "false")
+    settings = resolve_settings()
+    assert (settings.api_key, settings.base_url) == ("from-env", "https://env.example")
+    assert not settings.traces_opt_out
+
+    settings = resolve_settings(api_key="from-arg", base_url="https://arg.example/")
+    assert (settings.api_key, settings.base_url) == ("from-arg", "https://arg.example")
+    assert "from-arg" not in repr(settings)
+
+
+def test_mode_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_settings().mode == "local"
+    assert resolve_settings(api_key="k").mode == "online"
+    monkeypatch.setenv("PRIME_RUNS_MODE", "online")
+    with pytest.raises(ConfigError, match="needs an API key"):
+        resolve_settings()
+    monkeypatch.setenv("PRIME_RUNS_MODE", "offline")
+    with pytest.raises(ConfigError, match="not one of online, local or disabled"):
+        resolve_settings()
+    monkeypatch.setenv("PRIME_RUNS_MODE", "disabled")
+    assert resolve_settings().mode == "disabled"
+
+
+def test_bad_numbers_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRIME_RUNS_OTEL_FINISH_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="PRIME_RUNS_OTEL_FINISH_TIMEOUT='soon'"):
+        resolve_settings()
+
+
+def _queue_settings(run: pro.Run) -> tuple[int, int]:
+    processor = run.tracer_provider._active_span_processor._span_processors[0]  # type: ignore[attr-defined]
+    inner = processor._batch_processor
+    return inner._max_queue_size, inner._max_export_batch_size
+
+
+def test_start_run_chooses_bsp_settings_unless_otel_bsp_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = pro.start_run(environments=["env-a"])
+    assert _queue_settings(run) == (32768, 2048)
+    run.finish(timeout=10)
+
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4096")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "256")
+    run = pro.start_run(environments=["env-a"])
+    assert _queue_settings(run) == (4096, 256)
+    run.finish(timeout=10)
+
+
+def test_disabled_mode_records_nothing(
+    monkeypatch: pytest.MonkeyPatch, isolated_environment: Path
+) -> None:
+    monkeypatch.setenv("PRIME_RUNS_MODE", "disabled")
+    run = pro.start_run(environments=["env-a"])
+    run.record_episode({"id": "e1", "traces": []})
+    result = run.finish()
+    assert result.mode == "disabled" and result.closed
+    assert not (isolated_environment / "spool").exists()
