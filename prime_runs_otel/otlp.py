@@ -31,7 +31,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from .errors import PrimeRunsOtelError
-from .spans import SpanView
+from .spans import SpanEventView, SpanView
 
 __all__ = [
     "OtlpDecodeError",
@@ -142,6 +142,15 @@ def _view(span: Span, resource: Mapping[str, Any]) -> SpanView:
         resource=resource,
         status_error=span.status.code == Status.STATUS_CODE_ERROR,
         status_message=span.status.message or None,
+        events=tuple(_event_view(event) for event in span.events) if span.events else (),
+    )
+
+
+def _event_view(event: Span.Event) -> SpanEventView:
+    return SpanEventView(
+        name=event.name,
+        time_ns=event.time_unix_nano,
+        attributes=attributes_of(event.attributes),
     )
 
 

@@ -27,8 +27,9 @@ import signal
 import socket
 import sqlite3
 import threading
+import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -54,7 +55,9 @@ from .config import Settings
 from .errors import ConfigError
 from .ingest import group_by_run
 from .otlp import OtlpDecodeError, decode_json, decode_protobuf, span_views
-from .spool import Spool, SpoolError
+from .spans import SpanView
+from .spool import IngestOutcome, RunBatch, Spool, SpoolError
+from .synthesis import SpanTree, SpanTreeBuffer
 from .uploader import Uploader
 
 logger = logging.getLogger(__name__)
@@ -76,6 +79,13 @@ DEFAULT_WORKERS = 4
 FULL_RETRY_AFTER = 30
 #: Retry hint when a commit failed (a locked or briefly unavailable disk).
 COMMIT_RETRY_AFTER = 5
+#: How long an episode span without a record waits for the spans under it.
+#: A collector batches and sends a trace's spans within seconds of each other
+#: (its batch processor flushes every 200 ms by default, at most a few s).
+DEFAULT_SETTLE_SECONDS = 5.0
+#: Spans held for synthesis at most; past it the oldest trace is let go, its
+#: episodes synthesised from what arrived and counted incomplete.
+DEFAULT_MAX_HELD_SPANS = 100_000
 TOKEN_ENV = "PRIME_RUNS_OTEL_SERVE_TOKEN"
 TRACES_PATH = "/v1/traces"
 GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
@@ -105,6 +115,8 @@ class ReceiverConfig:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     workers: int = DEFAULT_WORKERS
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    max_held_spans: int = DEFAULT_MAX_HELD_SPANS
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""
@@ -120,6 +132,10 @@ class ReceiverConfig:
             raise ConfigError("the idle timeout must be a positive number of seconds")
         if self.workers < 1:
             raise ConfigError("serve needs at least one worker")
+        if self.settle_seconds < 0:
+            raise ConfigError("the wait for an episode's spans cannot be negative")
+        if self.max_held_spans < 1:
+            raise ConfigError("serve must be able to hold at least one span for synthesis")
 
 
 def is_loopback(host: str) -> bool:
@@ -150,46 +166,87 @@ class Verdict:
     retry_after: int | None = None
 
 
-class SpanIntake:
-    """Export requests → spool commits, shared by the HTTP and gRPC fronts."""
+class _WatchedTrees(SpanTreeBuffer):
+    """A span buffer that remembers which episodes its last release let go,
+    so a failed commit can keep exactly those: the collector's retry brings
+    the request's own spans again, but never an episode already released."""
 
-    def __init__(self, spool: Spool, settings: Settings, uploader: Uploader | None) -> None:
+    released: frozenset[str] = frozenset()
+
+    def release(self, *, flush: bool = False) -> list[SpanTree]:
+        trees = super().release(flush=flush)
+        self.released = frozenset(tree.root.episode_id for tree in trees)
+        return trees
+
+
+class SpanIntake:
+    """Export requests → spool commits, shared by the HTTP and gRPC fronts.
+
+    Episode spans without a record wait in :attr:`trees` for the spans under
+    them, which a collector may send in later requests; :meth:`release_settled`
+    (on a timer) and :meth:`flush` (at shutdown) let them go. A run's end is
+    held back while episodes of the run are, so the run is never closed
+    before its last synthesised episode is in the spool. The buffer lives in
+    memory only: spans it holds when the process dies are lost with it, which
+    is why the wait is seconds, not minutes.
+
+    Buffer work and the commit after it run under one lock, so what the
+    buffer releases reaches the spool in order; the spool serialises commits
+    anyway, so the lock costs no parallelism beyond the record checks.
+    """
+
+    def __init__(
+        self,
+        spool: Spool,
+        settings: Settings,
+        uploader: Uploader | None,
+        *,
+        settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.spool = spool
         self.settings = settings
         self._uploader = uploader
+        self.trees = _WatchedTrees(
+            settle_seconds=settle_seconds, max_spans=max_held_spans, clock=clock
+        )
+        self._lock = threading.Lock()
+        #: Run ends waiting for the run's held episodes, by run key.
+        self._held_ends: dict[str, RunBatch] = {}
+        #: Released episodes (and run ends) whose commit failed, retried first.
+        self._uncommitted: list[RunBatch] = []
+        self._report = _BufferReport(self.trees, clock)
 
     def has_room(self) -> bool:
         return self.spool.size_bytes() < self.spool.max_bytes
 
     def accept(self, request: ExportTraceServiceRequest) -> Verdict:
-        grouped = group_by_run(span_views(request))
-        if grouped.unattributed and not grouped.batches:
-            return Verdict(
-                "invalid",
-                f"{grouped.unattributed} episode span(s) carry no {semconv.RUN_ID} on their "
-                "Resource, so they belong to no run; set it with run_resource(...) or "
-                f"OTEL_RESOURCE_ATTRIBUTES={semconv.RUN_ID}=<run key>",
-            )
-        if not grouped.batches:
-            return Verdict("accepted")
-        has_episodes = any(batch.episodes for batch in grouped.batches)
-        # Checked before the commit so a refused batch leaves no trace on its
-        # run: the collector retries it, and it is not counted lost meanwhile.
-        if has_episodes and not self.has_room():
-            return self._full()
-        try:
-            outcome = self.spool.ingest(
-                grouped.batches, mode=self.settings.mode, register_producer=False
-            )
-        except (SpoolError, sqlite3.Error, OSError) as exc:
-            logger.error("Committing a batch to the spool %s failed: %s", self.spool.path, exc)
-            return Verdict(
-                "unavailable",
-                f"the batch could not be committed to the spool ({exc}); retry later",
-                retry_after=COMMIT_RETRY_AFTER,
-            )
-        if self._uploader is not None:
-            self._uploader.wake()
+        views = list(span_views(request))
+        with self._lock:
+            # Checked before the buffer sees the spans, so a refused batch
+            # leaves no trace: the collector retries it, and it is not counted
+            # lost meanwhile.
+            if not self.has_room() and any(map(_is_episode_span, views)):
+                return self._full()
+            grouped = group_by_run(views, trees=self.trees)
+            self._report.update()
+            if grouped.unattributed and not grouped.batches and not self._uncommitted:
+                return Verdict(
+                    "invalid",
+                    f"{grouped.unattributed} episode span(s) carry no {semconv.RUN_ID} on "
+                    "their Resource, so they belong to no run; set it with run_resource(...) "
+                    f"or OTEL_RESOURCE_ATTRIBUTES={semconv.RUN_ID}=<run key>",
+                )
+            try:
+                outcome = self._commit(grouped.batches)
+            except (SpoolError, sqlite3.Error, OSError) as exc:
+                logger.error("Committing a batch to the spool %s failed: %s", self.spool.path, exc)
+                return Verdict(
+                    "unavailable",
+                    f"the batch could not be committed to the spool ({exc}); retry later",
+                    retry_after=COMMIT_RETRY_AFTER,
+                )
         if outcome.rejected:
             return self._full()
         corrupt = sum(len(batch.corrupt) for batch in grouped.batches)
@@ -199,6 +256,74 @@ class SpanIntake:
             rejected=grouped.unattributed + corrupt,
         )
 
+    def release_settled(self) -> None:
+        """Commit the episodes that waited long enough for their spans.
+
+        While the spool is full they wait on (the buffer's bound still
+        holds): released now, they would only be refused and counted lost.
+        """
+        with self._lock:
+            idle = not (len(self.trees) or self.trees.pending_episodes or self._uncommitted)
+            if (idle and not self._held_ends) or not self.has_room():
+                return
+            grouped = group_by_run((), trees=self.trees)
+            self._report.update()
+            try:
+                self._commit(grouped.batches)
+            except (SpoolError, sqlite3.Error, OSError) as exc:
+                logger.error(
+                    "Committing synthesised episodes to the spool %s failed (%s); retrying",
+                    self.spool.path,
+                    exc,
+                )
+
+    def flush(self) -> None:
+        """Commit every episode still held, with the spans that arrived for it
+        (the process is stopping), and report what synthesis could not keep."""
+        with self._lock:
+            grouped = group_by_run((), trees=self.trees, flush=True)
+            try:
+                self._commit(grouped.batches)
+            except (SpoolError, sqlite3.Error, OSError) as exc:
+                episodes = sum(len(batch.episodes) for batch in self._uncommitted)
+                logger.error(
+                    "Stopping: %d synthesised episode(s) could not be committed to the spool "
+                    "%s and are lost: %s",
+                    episodes,
+                    self.spool.path,
+                    exc,
+                )
+            self._report.summary()
+
+    def _commit(self, batches: list[RunBatch]) -> IngestOutcome:
+        """Commit ``batches`` after anything whose commit failed before, with
+        run ends held back until their runs' episodes are out of the buffer."""
+        ends = self._ends_ready(batches)
+        pending = [*self._uncommitted, *batches, *ends]
+        if not pending:
+            return IngestOutcome()
+        try:
+            outcome = self.spool.ingest(pending, mode=self.settings.mode, register_producer=False)
+        except BaseException:
+            self._uncommitted = [*self._uncommitted, *_released_part(batches, self.trees), *ends]
+            raise
+        self._uncommitted = []
+        if self._uploader is not None:
+            self._uploader.wake()
+        return outcome
+
+    def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:
+        """Hold back the ends of runs with episodes still in the buffer; return
+        the held ends whose runs have none left."""
+        waiting = {_run_key(episode.view.resource) for episode in self.trees.held_episodes()}
+        for batch in batches:
+            key = batch.identity.local_id
+            if batch.end is not None and key in waiting:
+                self._held_ends[key] = RunBatch(identity=batch.identity, end=batch.end)
+                batch.end = None
+        ready = [key for key in self._held_ends if key not in waiting]
+        return [self._held_ends.pop(key) for key in ready]
+
     def _full(self) -> Verdict:
         return Verdict(
             "full",
@@ -206,6 +331,73 @@ class SpanIntake:
             f"room; retry later (or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES on the receiver)",
             retry_after=FULL_RETRY_AFTER,
         )
+
+
+def _is_episode_span(view: SpanView) -> bool:
+    attributes = view.attributes
+    return semconv.EPISODE_ID in attributes or semconv.EPISODE_EXAMPLE_ID in attributes
+
+
+def _run_key(resource: Mapping[str, Any]) -> str | None:
+    key = resource.get(semconv.RUN_ID)
+    return key if isinstance(key, str) and key else None
+
+
+def _released_part(batches: list[RunBatch], trees: _WatchedTrees) -> list[RunBatch]:
+    """The episodes of ``batches`` the buffer released (synthesised ones):
+    nothing else would bring them again after a failed commit."""
+    kept = []
+    for batch in batches:
+        episodes = [item for item in batch.episodes if item.episode_id in trees.released]
+        if episodes:
+            kept.append(RunBatch(identity=batch.identity, episodes=episodes))
+    return kept
+
+
+class _BufferReport:
+    """Logs what the span buffer let go unused. Model-call spans under no
+    episode span are reported at most once a minute: a collector that also
+    forwards an application's other GenAI traces would flood the log."""
+
+    INTERVAL = 60.0
+
+    def __init__(self, trees: SpanTreeBuffer, clock: Callable[[], float]) -> None:
+        self._trees = trees
+        self._clock = clock
+        self._reported_unclaimed = 0
+        self._quiet_until = 0.0
+
+    def update(self) -> None:
+        stats = self._trees.stats
+        unclaimed = stats.unclaimed_model_calls - self._reported_unclaimed
+        now = self._clock()
+        if unclaimed <= 0 or now < self._quiet_until:
+            return
+        self._reported_unclaimed = stats.unclaimed_model_calls
+        self._quiet_until = now + self.INTERVAL
+        logger.warning(
+            "%d model-call span(s) arrived under no episode span within %gs and were let go "
+            "(%d so far). To report them as episodes, wrap each rollout in "
+            "prime_runs_otel.instrument.episode_span(...) in the producer.",
+            unclaimed,
+            self._trees.max_wait_seconds,
+            stats.unclaimed_model_calls,
+        )
+
+    def summary(self) -> None:
+        stats = self._trees.stats
+        self._quiet_until = 0.0
+        self.update()
+        if stats.incomplete_episodes or stats.late_spans or stats.evicted_spans:
+            logger.warning(
+                "Episode synthesis: %d episode(s) went out without all of their spans; %d "
+                "span(s) arrived after their episode, %d were dropped to stay within %d held "
+                "spans",
+                stats.incomplete_episodes,
+                stats.late_spans,
+                stats.evicted_spans,
+                self._trees.max_spans,
+            )
 
 
 def _rejection_message(unattributed: int, corrupt: int) -> str:
@@ -620,7 +812,17 @@ class Receiver:
         self.settings = settings
         self.spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
         self.uploader = Uploader(self.spool, settings, idle_timeout=config.idle_timeout)
-        self.intake = SpanIntake(self.spool, settings, self.uploader)
+        self.intake = SpanIntake(
+            self.spool,
+            settings,
+            self.uploader,
+            settle_seconds=config.settle_seconds,
+            max_held_spans=config.max_held_spans,
+        )
+        self._releasing = threading.Event()
+        self._releaser = threading.Thread(
+            target=self._release_loop, name="otlp-synthesis", daemon=True
+        )
         self._executor = ThreadPoolExecutor(config.workers, thread_name_prefix="otlp-intake")
         self._http_socket = _listen(config.host, config.http_port)
         self.http_port: int = self._http_socket.getsockname()[1]
@@ -678,6 +880,7 @@ class Receiver:
     async def serve(self) -> None:
         """Serve until SIGINT/SIGTERM or :meth:`stop`, then drain and stop."""
         self.uploader.start()
+        self._releaser.start()
         if self._grpc is not None:
             self._grpc.start()
         logger.info(
@@ -695,6 +898,8 @@ class Receiver:
             self.begin_stop().wait(self.config.shutdown_grace + 1)
             self._executor.shutdown(wait=True)
             self._grpc_executor.shutdown(wait=True)
+            self._stop_releasing()
+            self.intake.flush()
             self.uploader.stop(timeout=self.config.shutdown_grace)
             self._http_socket.close()
             self.spool.close()
@@ -712,6 +917,21 @@ class Receiver:
             else:
                 self._stopped = self._grpc.stop(self.config.shutdown_grace)
         return self._stopped
+
+    def _release_loop(self) -> None:
+        """Let settled episodes go between requests: a trace's last spans may
+        be the last thing a producer ever sends."""
+        interval = min(1.0, max(0.05, self.config.settle_seconds / 4))
+        while not self._releasing.wait(interval):
+            try:
+                self.intake.release_settled()
+            except Exception:  # the loop must outlive any one bad tree
+                logger.exception("Releasing held episodes failed; trying again")
+
+    def _stop_releasing(self) -> None:
+        self._releasing.set()
+        if self._releaser.is_alive():
+            self._releaser.join()
 
     def not_ready_reason(self) -> str | None:
         if self._stopped is not None:

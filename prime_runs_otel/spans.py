@@ -8,12 +8,26 @@ projection are written and tested once, and stay free of SDK types.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import StatusCode
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEventView:
+    """One event of a span, as plain values.
+
+    Events carry what attributes cannot: evaluation results
+    (``gen_ai.evaluation.result``) and the exception that failed a span, both
+    read when an episode record is synthesised from a span tree.
+    """
+
+    name: str
+    time_ns: int
+    attributes: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +37,7 @@ class SpanView:
     ``attributes`` and ``resource`` hold OpenTelemetry attribute values
     (str, bool, int, float, or sequences of one of those). Ids are the
     integers OpenTelemetry uses; ``parent_span_id`` is ``None`` for a root.
+    ``events`` are in the order the span recorded them.
     """
 
     name: str
@@ -35,6 +50,7 @@ class SpanView:
     resource: Mapping[str, Any]
     status_error: bool
     status_message: str | None
+    events: tuple[SpanEventView, ...] = ()
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -45,10 +61,12 @@ def from_readable_span(span: ReadableSpan) -> SpanView:
 
     An ended span's attributes are immutable, so sharing them is safe and
     keeps a 20 MB record from being copied once more on the export path.
+    Most spans have no events; those cost nothing more than the check.
     """
     context = span.context
     parent = span.parent
     status = span.status
+    events = span.events
     return SpanView(
         name=span.name,
         trace_id=context.trace_id if context is not None else 0,
@@ -60,4 +78,16 @@ def from_readable_span(span: ReadableSpan) -> SpanView:
         resource=span.resource.attributes,
         status_error=status.status_code is StatusCode.ERROR,
         status_message=status.description,
+        events=_event_views(events) if events else (),
+    )
+
+
+def _event_views(events: Sequence[Event]) -> tuple[SpanEventView, ...]:
+    return tuple(
+        SpanEventView(
+            name=event.name,
+            time_ns=event.timestamp,
+            attributes=event.attributes if event.attributes is not None else _EMPTY,
+        )
+        for event in events
     )

@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from . import semconv as sc
 from .records import RunIdentity, UnrecordedEpisode, derived_episode_id
@@ -89,22 +89,6 @@ _ROLES = {
 }
 _DEFAULT_AGENT = "agent"
 _DEFAULT_TASK_TYPE = "Task"
-
-
-class SpanEvent(Protocol):
-    """What an event needs to be read here (the SDK's ``Event`` has it)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def attributes(self) -> Mapping[str, Any] | None: ...
-
-
-def _events(view: SpanView) -> Sequence[SpanEvent]:
-    """A span's events, where the view carries them."""
-    events = getattr(view, "events", None)
-    return events if isinstance(events, Sequence) else ()
 
 
 # =====================================================================================
@@ -586,10 +570,10 @@ def _error(
     """The span's failure as a verifiers ``Error``, or ``None`` when it did not
     fail. ``named_by``: (type, message) attributes that describe it first."""
     attributes = view.attributes
-    exception = next((event for event in _events(view) if event.name == "exception"), None)
+    exception = next((event for event in view.events if event.name == "exception"), None)
     if not (failed or view.status_error or exception is not None):
         return None
-    details: Mapping[str, Any] = (exception.attributes or _EMPTY) if exception else _EMPTY
+    details: Mapping[str, Any] = exception.attributes if exception else _EMPTY
     kind = message = None
     for type_key, message_key in named_by:
         kind = kind or _text(attributes.get(type_key))
@@ -627,10 +611,10 @@ class _Scores:
         self.read_evaluations(view)
 
     def read_evaluations(self, view: SpanView) -> None:
-        for event in _events(view):
+        for event in view.events:
             if event.name != sc.GEN_AI_EVALUATION_EVENT:
                 continue
-            details = event.attributes or _EMPTY
+            details = event.attributes
             name = _text(details.get(sc.GEN_AI_EVALUATION_NAME))
             score = _number(details.get(sc.GEN_AI_EVALUATION_SCORE))
             if name and score is not None:
@@ -724,7 +708,7 @@ def _has_episode_error(root: SpanView) -> bool:
         root.status_error
         or attributes.get(sc.EPISODE_OK) is False
         or bool(_text(attributes.get(sc.EPISODE_ERROR_TYPE)))
-        or any(event.name == "exception" for event in _events(root))
+        or any(event.name == "exception" for event in root.events)
     )
 
 
@@ -782,7 +766,7 @@ class _Tree:
             self._owner(view, agents, episode).calls.append(_Call(view, _exchange(view)))
         for view in self.members:
             if view.span_id not in agents and any(
-                event.name == sc.GEN_AI_EVALUATION_EVENT for event in _events(view)
+                event.name == sc.GEN_AI_EVALUATION_EVENT for event in view.events
             ):
                 self._owner(view, agents, episode).scored_views.append(view)
         found = sorted(agents.values(), key=lambda agent: agent.view.end_ns)
@@ -1226,10 +1210,18 @@ class SpanTreeBuffer:
     def pending_episodes(self) -> int:
         return sum(len(state.roots) for state in self._traces.values()) + len(self._forced)
 
+    def held_episodes(self) -> list[UnrecordedEpisode]:
+        """The episodes held now, so a consumer can keep back what must follow
+        them (a run's end is delivered after its last episode)."""
+        held = [episode for state in self._traces.values() for episode, _ in state.roots.values()]
+        return held + [tree.root for tree in self._forced]
+
     # -- feeding --------------------------------------------------------------------
 
     def add(self, view: SpanView) -> None:
         """A span that is not a run event: a possible descendant of an episode."""
+        if (view.trace_id, view.span_id) in self._released:
+            return  # a copy of a span already used (a collector's retry): not late
         if self._late(view):
             return
         state = self._state(view.trace_id)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ import pytest
 from prime_runs_otel import semconv as sc
 from prime_runs_otel.projection import episode_sample_rows, step_table_rows
 from prime_runs_otel.records import RunIdentity, UnrecordedEpisode, read_span
-from prime_runs_otel.spans import SpanView
+from prime_runs_otel.spans import SpanEventView, SpanView
 from prime_runs_otel.synthesis import SpanTreeBuffer, is_model_call, synthesize_record
 
 TRACE = 0xABC
@@ -34,17 +34,8 @@ T0 = 1_767_225_600_000_000_000
 SECOND = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class Event:
-    name: str
-    attributes: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class EventfulView(SpanView):
-    """A span view that also carries its events, as the SDK span does."""
-
-    events: tuple[Event, ...] = field(default=())
+def event(name: str, attributes: Mapping[str, Any]) -> SpanEventView:
+    return SpanEventView(name=name, time_ns=T0, attributes=attributes)
 
 
 def span(
@@ -56,10 +47,10 @@ def span(
     start: float = 0.0,
     end: float = 1.0,
     error: str | None = None,
-    events: Sequence[Event] = (),
+    events: Sequence[SpanEventView] = (),
     trace: int = TRACE,
 ) -> SpanView:
-    return EventfulView(
+    return SpanView(
         name=name,
         trace_id=trace,
         span_id=span_id,
@@ -289,7 +280,7 @@ def test_agents_become_traces_and_the_summary_trace_gets_the_reward(validate: An
 
 
 def test_named_scores_without_a_total_are_the_rewards(validate: Any) -> None:
-    evaluation = Event(
+    evaluation = event(
         sc.GEN_AI_EVALUATION_EVENT,
         {sc.GEN_AI_EVALUATION_NAME: "format", sc.GEN_AI_EVALUATION_SCORE: 0.5},
     )
@@ -313,22 +304,18 @@ def test_named_scores_without_a_total_are_the_rewards(validate: Any) -> None:
 
 
 def test_evaluation_events_on_a_model_call_score_its_agent() -> None:
-    evaluation = Event(
+    evaluation = event(
         sc.GEN_AI_EVALUATION_EVENT,
         {sc.GEN_AI_EVALUATION_NAME: "relevance", sc.GEN_AI_EVALUATION_SCORE: 0.8},
     )
     call = genai_call(2, 1, [text("user", "q")], text("assistant", "a"), start=1.0)
-    call = EventfulView(**{**_fields(call), "events": (evaluation,)})
+    call = replace(call, events=(evaluation,))
     [trace] = synthesize(episode(), [call])["traces"]
     assert trace["rewards"] == {"relevance": {"score": 0.8, "weight": 1.0}}
 
 
-def _fields(view: SpanView) -> dict[str, Any]:
-    return {name: getattr(view, name) for name in SpanView.__dataclass_fields__}
-
-
 def test_failures_come_from_span_status(validate: Any) -> None:
-    exception = Event(
+    exception = event(
         "exception",
         {
             "exception.type": "TimeoutError",
@@ -570,7 +557,7 @@ def _tree(root_id: int, trace: int = TRACE) -> list[SpanView]:
     call = genai_call(
         root_id + 2, root_id + 1, [text("user", "q")], text("assistant", "a"), start=1.0
     )
-    return [root, agent, EventfulView(**{**_fields(call), "trace_id": trace})]
+    return [root, agent, replace(call, trace_id=trace)]
 
 
 def test_in_process_an_episode_is_released_when_it_arrives() -> None:
