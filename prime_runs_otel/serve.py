@@ -32,6 +32,8 @@ from .instrument import emit_run_end, emit_run_start, normalize_config, record_e
 from .receiver import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HELD_SPANS,
+    DEFAULT_SETTLE_SECONDS,
     DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_WORKERS,
     TOKEN_ENV,
@@ -106,6 +108,19 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get to finish on SIGTERM (default: %(default)g)",
     )
     parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=DEFAULT_SETTLE_SECONDS,
+        help="how long an episode span without a record waits for the rest of its span "
+        "tree before its record is synthesised (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--max-held-spans",
+        type=int,
+        default=DEFAULT_MAX_HELD_SPANS,
+        help="spans held in memory while span trees complete (default: %(default)d)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=DEFAULT_WORKERS,
@@ -126,6 +141,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         shutdown_grace=args.shutdown_grace,
         workers=args.workers,
+        settle_seconds=args.settle_seconds,
+        max_held_spans=args.max_held_spans,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     run_receiver(config, settings)
