@@ -39,13 +39,13 @@ logger = logging.getLogger(__name__)
 TERMINAL_STATUSES = ("completed", "failed", "cancelled", "crashed")
 
 #: BatchSpanProcessor settings ``start_run`` uses unless an ``OTEL_BSP_*``
-#: variable says otherwise. The SDK's defaults (2,048 queued spans, a 5 s
-#: delay) drop spans under eval load, and every dropped span is an episode
-#: or part of one; a bigger queue and a shorter delay keep up with it.
+#: variable says otherwise. A shorter delay than the SDK's 5 s keeps latency
+#: down; batches of 512 keep each ``export()`` call short. The queue needs
+#: no great size: ``QueueGauge`` makes the producer wait before it overflows.
 BSP_DEFAULTS = {
-    "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", 32768),
+    "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", 8192),
     "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", 200),
-    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
+    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
     "export_timeout_millis": ("OTEL_BSP_EXPORT_TIMEOUT", 30000),
 }
 

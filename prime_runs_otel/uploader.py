@@ -51,8 +51,10 @@ logger = logging.getLogger(__name__)
 #: Key in a run's platform metadata that names the producer's run key. It is
 #: how a run whose create answer was lost is found again (see ``_create``).
 MARKER_KEY = "prime_runs_otel"
-#: Prime Traces closes batches near 30 MiB; a line may be up to 64 MiB.
-TRACES_BATCH_BYTES = 30 * 1024 * 1024
+#: Prime Traces takes uploads up to 256 MiB (a line up to 64 MiB). Uploads
+#: close near 8 MiB here: a streaming run wants each episode on the platform
+#: soon, and the spool writes each upload's bytes in one transaction.
+TRACES_BATCH_BYTES = 8 * 1024 * 1024
 MAX_TRACES_LINE_BYTES = 64 * 1024 * 1024
 #: Legacy sample batches are read a request's worth at a time.
 SAMPLES_BATCH_BYTES = 20 * 1024 * 1024
