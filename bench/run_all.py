@@ -23,6 +23,7 @@ def main() -> None:
     if quick:
         run("in_process.py", "--episodes", "300", "--rounds", "1")
         run("offered_load.py", "--rates", "500,2000", "--duration", "5")
+        run("collector.py", "--episodes", "500")
         run("scaling.py", "--checkpoints", "2000,10000")
     else:
         run("in_process.py", "--episodes", "2000", "--rounds", "3")
@@ -34,10 +35,9 @@ def main() -> None:
         ):
             run("in_process.py", "--episodes", count, "--rounds", "1", "--size", size)
         run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
+        run("collector.py")
+        # Last: the longest (a million episodes take a while on two cores).
         run("scaling.py", "--checkpoints", "10000,100000,1000000")
-    collector = os.path.join(HERE, "collector.py")
-    if os.path.exists(collector):
-        run("collector.py", *(["--episodes", "500"] if quick else []))
 
 
 if __name__ == "__main__":
