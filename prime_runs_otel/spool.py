@@ -215,10 +215,6 @@ class SpoolError(PrimeRunsOtelError):
     """The spool cannot be opened or written (permissions, disk, corruption)."""
 
 
-class SpoolFull(SpoolError):
-    """The spool is at its size cap; new episodes are refused, and counted."""
-
-
 @dataclass
 class RunBatch:
     """What one export call brings for one run, in arrival order."""
@@ -732,12 +728,6 @@ class Spool:
         rows = self._query("SELECT seq FROM episodes WHERE upload_id = ?", (upload_id,))
         return [seq for (seq,) in rows]
 
-    def episode_counts(self, run_id: str) -> dict[str, int]:
-        rows = self._query(
-            "SELECT state, COUNT(*) FROM episodes WHERE run_id = ? GROUP BY state", (run_id,)
-        )
-        return {state: count for state, count in rows}
-
     def pending_count(self, run_id: str) -> int:
         rows = self._query(
             "SELECT COUNT(*) FROM episodes WHERE run_id = ? "
@@ -838,13 +828,6 @@ class Spool:
             db.execute(
                 f"UPDATE runs SET {assignments}, updated_at = ? WHERE local_id = ?",
                 (*values.values(), time.time(), local_id),
-            )
-
-    def add_counts(self, local_id: str, **deltas: int) -> None:
-        assignments = ", ".join(f"{name} = {name} + ?" for name in deltas)
-        with self._transaction() as db:
-            db.execute(
-                f"UPDATE runs SET {assignments} WHERE local_id = ?", (*deltas.values(), local_id)
             )
 
     def claim_create(self, local_id: str) -> bool:
