@@ -98,3 +98,13 @@ def test_disabled_mode_records_nothing(
     result = run.finish()
     assert result.mode == "disabled" and result.closed
     assert not (isolated_environment / "spool").exists()
+
+
+def test_unwritable_spool_says_what_to_do(
+    isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = isolated_environment / "not-a-folder"
+    blocker.write_text("a file where the spool folder should be")
+    monkeypatch.setenv("PRIME_RUNS_OTEL_DIR", str(blocker / "spool"))
+    with pytest.raises(pro.PrimeRunsOtelError, match="PRIME_RUNS_OTEL_DIR"):
+        pro.start_run(environments=["env-a"])
