@@ -102,7 +102,9 @@ def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
         now = time.perf_counter() - started
         if now >= duration:
             break
-        due = int(now * rate) + 1
+        # Catch up in bursts of at most 50 ms worth of episodes, so a producer
+        # that cannot keep the rate still stops at the deadline.
+        due = min(int(now * rate) + 1, sent + max(1, rate // 20))
         while sent < due:
             record = fresh_copy(pool[sent % len(pool)], sent)
             run.record_episode(record)
