@@ -60,6 +60,8 @@ MAX_TRACES_LINE_BYTES = 64 * 1024 * 1024
 SAMPLES_BATCH_BYTES = 20 * 1024 * 1024
 #: The service's per-upload line cap is 1,000,000; batches close on bytes first.
 MAX_BATCH_EPISODES = 100_000
+#: Requests one run may send per delivery pass before the next run's turn.
+BATCHES_PER_PASS = 16
 #: After the end span, how long to wait for episodes a collector delivers
 #: late (the end span says how many the producer recorded).
 STRAGGLER_GRACE = 30.0
@@ -249,13 +251,23 @@ class Uploader:
             self._advance_training(run)
             return
         self._resume_open_uploads(run)
-        while self._deliver_batch(self._reload(run)):
-            self._renew_lease()
-            if self._stopping.is_set():
-                return
+        if not self._deliver_some(run):
+            return
         run = self._reload(run)
         if run.end_status is not None and self._ready_to_close(run):
             self._close(run)
+
+    def _deliver_some(self, run: RunRow) -> bool:
+        """Up to ``BATCHES_PER_PASS`` requests for this run, so one busy run
+        cannot starve the others; ``True`` when nothing was left pending."""
+        for _ in range(BATCHES_PER_PASS):
+            if not self._deliver_batch(self._reload(run)):
+                return True
+            self._renew_lease()
+            if self._stopping.is_set():
+                return False
+        self._wake.set()  # more is pending: the next pass starts at once
+        return False
 
     def _advance_training(self, run: RunRow) -> None:
         """A training run: metrics rows beside its episodes, then the RFT close.
@@ -265,10 +277,8 @@ class Uploader:
             training.note_url(run)
             training.deliver_metrics(run)
             self._resume_open_uploads(run)
-            while self._deliver_batch(self._reload(run)):
-                self._renew_lease()
-                if self._stopping.is_set():
-                    return
+            if not self._deliver_some(run):
+                return
             training.deliver_metrics(self._reload(run))
             run = self._reload(run)
             if (
