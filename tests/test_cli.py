@@ -5,7 +5,6 @@ with what the prime-runs SDK computes for the same episodes."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 from prime_runs.metrics import from_episodes
 from prime_runs.projection import build_samples
+from prime_runs.run import _clean_metrics  # the reference cleaning applied at finish
 
 import prime_runs_otel as pro
 from prime_runs_otel.synthetic import synthetic_episodes
@@ -41,19 +41,6 @@ def _ok(*args: str, **extra_env: str) -> str:
     return done.stdout
 
 
-def _finite(values: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            continue
-        if isinstance(value, dict):
-            value = _finite(value)
-            if not value:
-                continue
-        out[key] = value
-    return out
-
-
 def _jsonl(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
@@ -66,7 +53,7 @@ def _sdk_rows(wire_episode: Any, records: list[dict[str, Any]]) -> list[dict[str
 
 def _sdk_summary(wire_episode: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
     episodes = [wire_episode.model_validate(record) for record in records]
-    return _finite(dict(from_episodes(episodes)))
+    return _clean_metrics(from_episodes(episodes))
 
 
 # -- the local store -----------------------------------------------------------------------

@@ -5,7 +5,6 @@ prime-runs SDK sends for the same episodes."""
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import textwrap
@@ -16,24 +15,12 @@ import prime_runs
 import pytest
 from prime_runs.metrics import from_episodes
 from prime_runs.projection import build_samples
+from prime_runs.run import _clean_metrics  # the reference cleaning applied at finish
 
 import prime_runs_otel as pro
 from prime_runs_otel.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 from prime_runs_otel.uploader import MARKER_KEY
-
-
-def _finite(values: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            continue
-        if isinstance(value, dict):
-            value = _finite(value)
-            if not value:
-                continue
-        out[key] = value
-    return out
 
 
 def _run_eval(records: list[dict[str, Any]], **kwargs: Any) -> pro.RunResult:
@@ -71,7 +58,7 @@ def test_eval_run_lands_on_platform_once(online: FakePlatform, wire_episode: Any
         assert all(trace["run"]["id"] == platform_run.id for trace in episode["traces"])
 
     episodes = [wire_episode.model_validate(record) for record in records]
-    expected = _finite(dict(from_episodes(episodes)))
+    expected = _clean_metrics(from_episodes(episodes))
     expected["prime_runs"] = {"traces_episodes_written": len(records)}
     assert platform_run.metrics == expected
 
