@@ -6,12 +6,16 @@ faster than the standard library. It is used only where its output is
 equivalent: parsing (falling back to the standard library for the ``NaN`` and
 ``Infinity`` tokens a producer's record may carry, which orjson refuses) and
 Prime Traces lines (strict JSON, where orjson writes non-finite floats as
-``null`` exactly as the line format requires).
+``null`` exactly as the line format requires), and episode records on the
+producer (:func:`dumps_record`, which keeps the standard library's output
+wherever a reader could tell the difference).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -33,3 +37,58 @@ def dumps_strict(value: Any) -> bytes | None:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
         return None
+
+
+#: Types the standard library refuses stay refused: orjson would quietly encode
+#: datetimes, dataclasses and str/int subclasses that a reader never sees again.
+_RECORD_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def dumps_record(record: Mapping[str, Any]) -> bytes:
+    """An episode record as compact UTF-8 JSON, as fast as it can be done faithfully.
+
+    orjson is six times faster than the standard library here, but it writes
+    NaN and infinity as ``null``. Every reader of the record but one cleans
+    non-finite numbers to ``null`` anyway (Prime Traces lines, legacy rows);
+    the run summary is the exception, where a NaN score poisons an average
+    that a ``null`` would not. So a record whose scores or metrics are not
+    all finite, or that orjson cannot encode (integers beyond 64 bits,
+    non-string keys, the types above), takes the standard library's path.
+    Raises ``TypeError``/``ValueError`` for values JSON has no form for; the
+    differences left: a ``uuid.UUID`` is written as its string, an ``Enum``
+    member as its value.
+    """
+    if _summary_numbers_finite(record):
+        try:
+            return orjson.dumps(record, option=_RECORD_OPTIONS)
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=True).encode()
+
+
+def _summary_numbers_finite(record: Mapping[str, Any]) -> bool:
+    """Whether every reward score, weight and metric the summary reads is finite."""
+    traces = record.get("traces")
+    for trace in traces if isinstance(traces, list) else ():
+        if not isinstance(trace, Mapping):
+            continue
+        rewards = trace.get("rewards")
+        if isinstance(rewards, Mapping):
+            for reward in rewards.values():
+                if isinstance(reward, Mapping) and not (
+                    _finite_or_absent(reward.get("score"))
+                    and _finite_or_absent(reward.get("weight"))
+                ):
+                    return False
+        metrics = trace.get("metrics")
+        if isinstance(metrics, Mapping) and not all(map(_finite_or_absent, metrics.values())):
+            return False
+    return True
+
+
+def _finite_or_absent(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)

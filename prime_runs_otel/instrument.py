@@ -31,6 +31,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from . import semconv as sc
+from ._json import dumps_record
 from .errors import ConfigError, RecordError
 
 __all__ = [
@@ -427,17 +428,26 @@ def capture_content_enabled() -> bool:
     return value.strip().lower() in _TRUTHY
 
 
-def record_episode(tracer: Tracer, episode: Any, *, capture_content: bool | None = None) -> str:
+def record_episode(
+    tracer: Tracer,
+    episode: Any,
+    *,
+    capture_content: bool | None = None,
+    child_spans: bool = True,
+) -> str:
     """Emit one finished episode as a span tree and return its id.
 
     ``episode`` is a verifiers ``Episode`` (anything with ``to_record()``) or
     its record as a dict. ``capture_content`` overrides
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` for the model-call
     spans; the record on the episode span always holds the full messages.
+    ``child_spans=False`` emits the episode span alone: the platform reads
+    only the record, so the agent and model-call spans are worth their cost
+    (most of this function's) only when a tracing backend shows them.
     """
     record = _as_record(episode)
     try:
-        text = _dumps(record)
+        data = dumps_record(record)
     except (TypeError, ValueError) as exc:
         raise RecordError(
             f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
@@ -452,15 +462,16 @@ def record_episode(tracer: Tracer, episode: Any, *, capture_content: bool | None
         span.end(end_time=window[1])
         return str(record["id"])
     try:
-        parent = trace_api.set_span_in_context(span)
-        for item, trace_window in zip(traces, trace_windows, strict=True):
-            agent = _mapping(item)
-            _emit_agent(tracer, parent, agent, _fill(trace_window, window), capture)
+        if child_spans:
+            parent = trace_api.set_span_in_context(span)
+            for item, trace_window in zip(traces, trace_windows, strict=True):
+                agent = _mapping(item)
+                _emit_agent(tracer, parent, agent, _fill(trace_window, window), capture)
         attributes, error = _episode_attributes(record, traces)
         span.set_attributes(attributes)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
-        _set_blob(span, tracer, sc.EPISODE_RECORD, text)
+        _set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
     finally:
         span.end(end_time=window[1])
     episode_id: str = record["id"]
@@ -809,7 +820,10 @@ def _fill(window: tuple[int | None, int | None], fallback: Window) -> Window:
 
 def _ns(seconds: Any) -> int | None:
     """Epoch seconds to nanoseconds; 0 and missing mean "not recorded"."""
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+    kind = type(seconds)  # exact float/int first: the common case, and bool is excluded
+    if (kind is not float and kind is not int) and (
+        not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+    ):
         return None
     return int(seconds * 1_000_000_000) if seconds > 0 and math.isfinite(seconds) else None
 
@@ -819,12 +833,14 @@ def _ns(seconds: Any) -> int | None:
 # ---------------------------------------------------------------------------
 
 
-def _set_blob(span: Span, tracer: Tracer, key: str, text: str) -> None:
-    """Chunk ``text`` under the length limit and pin its size and digest.
+def _set_blob(span: Span, tracer: Tracer, key: str, text: str, data: bytes | None = None) -> None:
+    """Chunk ``text`` under the length limit and pin its size and digest
+    (computed over ``data``, its UTF-8 bytes, when the caller has them).
 
     Set last on the span so count-based eviction takes older attributes first.
     """
-    data = text.encode("utf-8")
+    if data is None:
+        data = text.encode("utf-8")
     step = max(1, _length_limit(span, tracer) or sc.DEFAULT_BLOB_CHUNK_CHARS)
     chunks = (
         [text]
@@ -861,7 +877,8 @@ def _length_limit(span: Span, tracer: Tracer) -> int | None:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else _EMPTY
+    # dict first: the ABC check costs ten times more, and records are dicts.
+    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode, Tracer
 
 from prime_runs_otel import semconv as sc
+from prime_runs_otel._json import dumps_record
 from prime_runs_otel.errors import ConfigError, RecordError
 from prime_runs_otel.instrument import (
     MAX_CONFIG_SOURCE_BYTES,
@@ -69,6 +73,12 @@ class Pipeline:
 
     def arrivals(self) -> list[Any]:
         return [read_span(from_readable_span(span)) for span in self.spans()]
+
+
+@dataclass
+class _Point:
+    x: int
+    y: int
 
 
 @pytest.fixture
@@ -185,10 +195,10 @@ def judge_trace() -> dict[str, Any]:
     }
 
 
-def hand_record() -> dict[str, Any]:
+def hand_record(episode_id: str = "episode-1") -> dict[str, Any]:
     """A failed training episode: a judge trace first, then the trainable solver."""
     return {
-        "id": "episode-1",
+        "id": episode_id,
         "env": {"id": "math-env", "name": "math"},
         "task": {"type": "MathTask", "data": {"idx": 7, "answer": "42"}},
         "group": {"id": "group-3"},
@@ -656,6 +666,56 @@ def test_nan_and_unicode_survive_the_trip(pipeline: Pipeline) -> None:
     assert solver["info"] == record["traces"][1]["info"]
     reward: Any = (pipeline.by_name()["invoke_agent solver"].attributes or {})[sc.AGENT_REWARD]
     assert math.isnan(reward)
+
+
+def test_records_are_encoded_fast_where_no_reader_can_tell(pipeline: Pipeline) -> None:
+    plain = hand_record()
+    scored_nan = hand_record("episode-2")
+    scored_nan["traces"][1]["rewards"]["correct"] = {"score": math.nan, "weight": 1.0}
+    info_nan = hand_record("episode-3")
+    info_nan["traces"][1]["info"] = {"ratio": math.nan}
+    huge = hand_record("episode-4")
+    huge["traces"][1]["info"] = {"big": 2**70, 7: "int key"}
+
+    # The summary reads scores: a NaN there keeps its standard-library spelling.
+    assert b"NaN" in dumps_record(scored_nan)
+    # Elsewhere every reader writes null for it, so the fast encoder may too.
+    assert json.loads(dumps_record(info_nan))["traces"][1]["info"] == {"ratio": None}
+    # What orjson cannot encode goes the standard library's way, as before.
+    assert json.loads(dumps_record(huge))["traces"][1]["info"] == {"big": 2**70, "7": "int key"}
+    assert json.loads(dumps_record(plain)) == plain
+    # A UUID is the one value the fast encoder writes that the standard library refuses.
+    with_uuid = hand_record("episode-5")
+    with_uuid["traces"][1]["info"] = {"id": uuid.UUID(int=5)}
+    assert json.loads(dumps_record(with_uuid))["traces"][1]["info"] == {"id": str(uuid.UUID(int=5))}
+    for record in (plain, scored_nan, huge):
+        record_episode(pipeline.tracer, record)
+    arrived = {
+        item.episode_id: item.record
+        for item in pipeline.arrivals()
+        if isinstance(item, EpisodeArrival)
+    }
+    assert arrived["episode-1"] == plain
+    assert math.isnan(arrived["episode-2"]["traces"][1]["rewards"]["correct"]["score"])
+    assert arrived["episode-4"]["traces"][1]["info"]["big"] == 2**70
+
+
+@pytest.mark.parametrize("value", [datetime.now(timezone.utc), _Point(1, 2), {1, 2}], ids=repr)
+def test_types_json_has_no_form_for_are_refused(pipeline: Pipeline, value: Any) -> None:
+    record = hand_record()
+    record["traces"][1]["info"] = {"value": value}
+
+    with pytest.raises(RecordError, match="not JSON-serialisable"):
+        record_episode(pipeline.tracer, record)
+    assert pipeline.spans() == []
+
+
+def test_child_spans_can_be_left_out(pipeline: Pipeline) -> None:
+    record_episode(pipeline.tracer, hand_record(), child_spans=False)
+
+    assert [span.name for span in pipeline.spans()] == ["episode math"]
+    (arrival,) = [item for item in pipeline.arrivals() if isinstance(item, EpisodeArrival)]
+    assert arrival.record == hand_record()
 
 
 # ---------------------------------------------------------------------------
