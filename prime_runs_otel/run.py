@@ -50,6 +50,44 @@ BSP_DEFAULTS = {
 }
 
 
+#: ``true`` / ``false`` forces the agent and model-call child spans on or off
+#: for runs opened with ``start_run``; unset, they follow who is listening.
+CHILD_SPANS_ENV = "PRIME_RUNS_OTEL_CHILD_SPANS"
+
+
+class RunTracerProvider(TracerProvider):
+    """The run's TracerProvider, which knows whether anyone but the run reads its spans.
+
+    The platform needs only the episode span (it carries the whole record);
+    the agent and model-call spans under it exist for tracing backends, and
+    cost several times more than the episode span to build and export. So a
+    run emits them only once a span processor of somebody else's is added
+    (``run.tracer_provider.add_span_processor(...)``), unless told otherwise.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.processors_added = 0
+
+    def add_span_processor(self, span_processor: Any) -> None:
+        super().add_span_processor(span_processor)
+        self.processors_added += 1
+
+
+def _child_spans_setting(argument: bool | None) -> bool | None:
+    """``start_run``'s argument, else ``PRIME_RUNS_OTEL_CHILD_SPANS``, else None (follow)."""
+    if argument is not None:
+        return argument
+    raw = os.environ.get(CHILD_SPANS_ENV, "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{CHILD_SPANS_ENV} must be true or false, not {raw!r}")
+
+
 class QueueGauge:
     """Backpressure on the BatchSpanProcessor's queue.
 
@@ -156,8 +194,10 @@ class Run:
         queue: QueueGauge | None = None,
         kind: str = "eval",
         owns_run: bool = True,
+        child_spans: bool | None = None,
     ) -> None:
         self.id = local_id
+        self._child_spans = child_spans
         self.kind = kind
         self._queue = queue
         self._provider = provider
@@ -216,7 +256,22 @@ class Run:
             self._recorded += 1
         if self._queue is not None:
             self._queue.wait_for_room()
-        return record_episode(self._tracer, episode, capture_content=self._capture_content)
+        return record_episode(
+            self._tracer,
+            episode,
+            capture_content=self._capture_content,
+            child_spans=self.child_spans,
+        )
+
+    @property
+    def child_spans(self) -> bool:
+        """Whether episodes get agent and model-call spans: as ``start_run``
+        was told, else once the provider has a span processor besides the
+        run's own (somebody who shows them)."""
+        if self._child_spans is not None:
+            return self._child_spans
+        provider = self._provider
+        return not isinstance(provider, RunTracerProvider) or provider.processors_added > 1
 
     def log_metrics(self, values: Mapping[str, Any], *, step: int | None = None) -> int | None:
         """Report one training step's metrics; returns the step.
@@ -360,6 +415,7 @@ def start_run(
     wandb_entity: str | None = None,
     wandb_run_name: str | None = None,
     owns_run: bool = True,
+    child_spans: bool | None = None,
 ) -> Run:
     """Open a run: a Resource naming it, a TracerProvider with a
     BatchSpanProcessor and :class:`PrimeRunsSpanExporter`, and the run-start
@@ -377,6 +433,11 @@ def start_run(
     trainer, which logs the step metrics) keeps ``owns_run=True`` and ends it,
     the others (inference workers, an orchestrator) pass ``owns_run=False``.
     ``attach`` joins a run a launcher already registered (a hosted run's id).
+
+    ``child_spans`` turns the GenAI agent and model-call spans under each
+    episode span on or off (``PRIME_RUNS_OTEL_CHILD_SPANS``); by default they
+    are emitted once a span processor is added to ``run.tracer_provider``,
+    since the platform reads only the episode span.
     """
     if kind not in ("eval", "train"):
         raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
@@ -411,7 +472,8 @@ def start_run(
         wandb_run_name=wandb_run_name,
     )
     exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0, ends_runs=owns_run)
-    provider = TracerProvider(resource=resource)
+    child_spans = _child_spans_setting(child_spans)
+    provider = RunTracerProvider(resource=resource)
     bsp = _bsp_settings()
     processor = BatchSpanProcessor(
         exporter,
@@ -431,6 +493,7 @@ def start_run(
         queue=QueueGauge.of(processor),
         kind=kind,
         owns_run=owns_run,
+        child_spans=child_spans,
     )
     if owns_run or metadata:
         # A worker's empty config must not stand in for the owner's.

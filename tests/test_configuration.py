@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import prime_runs_otel as pro
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.errors import ConfigError
+from prime_runs_otel.synthetic import synthetic_episode
 
 
 def _write_config(home: Path, **values: object) -> None:
@@ -87,6 +90,46 @@ def test_start_run_chooses_bsp_settings_unless_otel_bsp_says_otherwise(
     run = pro.start_run(environments=["env-a"])
     assert _queue_settings(run) == (4096, 256)
     run.finish(timeout=10)
+
+
+def test_a_run_adds_genai_child_spans_once_somebody_else_listens() -> None:
+    listener = InMemorySpanExporter()
+    run = pro.start_run(environments=["env-a"])
+    run.record_episode(synthetic_episode(0))
+    assert run.child_spans is False
+
+    run.tracer_provider.add_span_processor(SimpleSpanProcessor(listener))
+    run.record_episode(synthetic_episode(1))
+    result = run.finish(timeout=30)
+
+    names = [span.name for span in listener.get_finished_spans()]
+    assert run.child_spans is True
+    assert any(name.startswith("invoke_agent ") for name in names)
+    assert any(name.startswith("chat ") for name in names)
+    assert sum(name.startswith("episode ") for name in names) == 1
+    assert result.episodes == 2
+
+
+@pytest.mark.parametrize(("value", "expected"), [("true", True), ("off", False)])
+def test_child_spans_follow_the_argument_then_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: bool
+) -> None:
+    monkeypatch.setenv("PRIME_RUNS_OTEL_CHILD_SPANS", value)
+    run = pro.start_run(environments=["env-a"])
+    forced = pro.start_run(environments=["env-a"], child_spans=not expected)
+    try:
+        assert (run.child_spans, forced.child_spans) == (expected, not expected)
+    finally:
+        run.finish(timeout=10)
+        forced.finish(timeout=10)
+
+
+def test_a_child_spans_setting_that_is_not_a_boolean_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PRIME_RUNS_OTEL_CHILD_SPANS", "sometimes")
+    with pytest.raises(ConfigError, match="PRIME_RUNS_OTEL_CHILD_SPANS must be true or false"):
+        pro.start_run(environments=["env-a"])
 
 
 def test_disabled_mode_records_nothing(
