@@ -58,7 +58,7 @@ def dumps_record(record: Mapping[str, Any]) -> bytes:
     that a ``null`` would not. So a record whose scores or metrics are not
     all finite, or that orjson cannot encode (integers beyond 64 bits,
     non-string keys, the types above), takes the standard library's path.
-    Raises ``TypeError``/``ValueError`` for values JSON has no form for; the
+    Raises ``TypeError``/``ValueError`` for values JSON has no form for. The
     differences left: a ``uuid.UUID`` is written as its string, an ``Enum``
     member as its value.
     """

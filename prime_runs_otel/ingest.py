@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from . import semconv
+from .projection import digest_episode
 from .records import (
     CorruptEpisode,
     CorruptMetrics,
@@ -179,13 +180,14 @@ def _synthesized(tree: SpanTree, identity: RunIdentity) -> EpisodeArrival | Corr
     try:
         record = synthesize_record(root.view, tree.spans, identity)
         raw = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        digest = digest_episode(record)
     except Exception as exc:
         logger.exception(
             "Run %s: synthesising episode %s failed", identity.local_id, root.episode_id
         )
         return CorruptEpisode(root.episode_id, f"its record could not be synthesised: {exc}")
     step = record_step(record, root.view.attributes.get(semconv.RUN_STEP))
-    return EpisodeArrival(root.episode_id, record, raw, step)
+    return EpisodeArrival(root.episode_id, raw, digest, step)
 
 
 def _report_buffer(before: BufferStats | None, after: BufferStats) -> None:

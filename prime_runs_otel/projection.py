@@ -20,6 +20,7 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,10 +30,13 @@ from .errors import ConfigError
 __all__ = [
     "MAX_SAMPLES_PAYLOAD_BYTES",
     "STEP_TABLE_INTERVAL",
+    "EpisodeDigest",
     "ParquetUnavailableError",
     "SampleTooLargeError",
     "SummaryAccumulator",
+    "TraceScores",
     "batch_sample_rows",
+    "digest_episode",
     "encode_sample_batches",
     "encode_samples_body",
     "episode_sample_rows",
@@ -625,6 +629,58 @@ class _BuiltinSum:
         return total
 
 
+@dataclass(frozen=True, slots=True)
+class TraceScores:
+    """One trace's share of the run summary: whether it is trainable, its weighted
+    reward and its per-name scores and metrics (a metric overriding a score of the
+    same name, as verifiers merges them)."""
+
+    trainable: bool
+    reward: Number
+    values: tuple[tuple[str, float], ...]
+
+    @classmethod
+    def of(cls, trace: Mapping[str, Any]) -> TraceScores:
+        rewards = trace.get("rewards") or {}
+        values = {
+            name: float(reward["score"]) for name, reward in rewards.items() if reward is not None
+        }
+        for name, value in (trace.get("metrics") or {}).items():
+            if value is not None:
+                values[name] = float(value)
+        return cls(_trainable(trace), _weighted_reward(rewards), tuple(values.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeDigest:
+    """All the spool needs of a record besides its bytes: the summary's share and the
+    rollout numbering key.
+
+    Taken once, when the record is read, so the parsed record can be dropped at once:
+    holding thousands of parsed records for the length of an export batch is what made
+    Python's garbage collector, not the parsing, the main cost of an export.
+    """
+
+    ok: bool
+    has_traces: bool
+    rollout_key: str
+    traces: tuple[TraceScores, ...]
+
+
+def digest_episode(record: Mapping[str, Any]) -> EpisodeDigest:
+    """The digest of a verifiers episode record; ``ValueError`` when its rewards,
+    metrics or task are not in the verifiers shape (not numbers, not objects)."""
+    try:
+        traces = record.get("traces") or ()
+        scores = tuple(TraceScores.of(trace) for trace in traces)
+        key = json.dumps(rollout_key(record), sort_keys=True, default=str)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"its rewards, metrics or task are not in the verifiers shape ({exc!r})"
+        ) from None
+    return EpisodeDigest(bool(record.get("ok", False)), bool(traces), key, scores)
+
+
 class _ScoredTotals:
     """Reward and per-name score/metric totals over one population of traces."""
 
@@ -636,17 +692,10 @@ class _ScoredTotals:
         self.sums: dict[str, float] = {}
         self.counts: dict[str, int] = {}
 
-    def add(self, trace: Mapping[str, Any]) -> None:
-        rewards = trace.get("rewards") or {}
+    def add(self, scores: TraceScores) -> None:
         self.traces += 1
-        self.reward.add(_weighted_reward(rewards))
-        values = {
-            name: float(reward["score"]) for name, reward in rewards.items() if reward is not None
-        }
-        for name, value in (trace.get("metrics") or {}).items():
-            if value is not None:
-                values[name] = float(value)
-        for name, value in values.items():
+        self.reward.add(scores.reward)
+        for name, value in scores.values:
             self.sums[name] = self.sums.get(name, 0.0) + value
             self.counts[name] = self.counts.get(name, 0) + 1
 
@@ -706,12 +755,15 @@ class SummaryAccumulator:
         self._everything = _ScoredTotals()
 
     def add(self, record: Mapping[str, Any]) -> None:
+        self.add_digest(digest_episode(record))
+
+    def add_digest(self, digest: EpisodeDigest) -> None:
         self._episodes += 1
-        self._failed += not record.get("ok", False)
-        for trace in record.get("traces") or ():
-            self._everything.add(trace)
-            if _trainable(trace):
-                self._trainable.add(trace)
+        self._failed += not digest.ok
+        for scores in digest.traces:
+            self._everything.add(scores)
+            if scores.trainable:
+                self._trainable.add(scores)
 
     def summary(self) -> dict[str, Any]:
         """``{"avg_reward", "avg_metrics", "avg_error"}`` as the platform receives it:

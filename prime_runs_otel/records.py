@@ -22,6 +22,7 @@ from typing import Any
 from . import semconv as sc
 from ._json import loads as fast_loads
 from .errors import RecordError
+from .projection import EpisodeDigest, digest_episode
 from .spans import SpanView
 
 __all__ = [
@@ -116,14 +117,28 @@ class EpisodeArrival:
 
     ``raw`` is the exact UTF-8 JSON the producer serialised, so uploads can
     reuse those bytes (and their digest) instead of serialising again.
-    ``step`` is the training step the episode is *training work* of (see
+    ``digest`` is what the spool needs of the parsed record; the parsed
+    record itself is not kept (see :class:`EpisodeDigest`). ``step`` is the
+    training step the episode is *training work* of (see
     :func:`record_step`); ``None`` for eval work and for eval runs.
     """
 
     episode_id: str
-    record: dict[str, Any]
     raw: bytes
+    digest: EpisodeDigest
     step: int | None = None
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], raw: bytes, step: int | None = None) -> EpisodeArrival:
+        """The arrival of ``record`` (serialised as ``raw``); ``ValueError`` when
+        it is not in the verifiers shape (see :func:`digest_episode`)."""
+        return cls(str(record["id"]), raw, digest_episode(record), step)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The record, parsed again from ``raw`` (a fresh copy on every call)."""
+        record: dict[str, Any] = fast_loads(self.raw)
+        return record
 
 
 @dataclass(frozen=True)
@@ -304,7 +319,10 @@ def _read_episode(attributes: Mapping[str, Any]) -> EpisodeArrival | CorruptEpis
             f"the record's id {record.get('id')!r} does not match the span's "
             f"{sc.EPISODE_ID}={raw_id!r}",
         )
-    return EpisodeArrival(episode_id, record, raw, record_step(record, attributes.get(sc.RUN_STEP)))
+    try:
+        return EpisodeArrival.of(record, raw, record_step(record, attributes.get(sc.RUN_STEP)))
+    except ValueError as exc:
+        return CorruptEpisode(episode_id, f"the episode record is damaged: {exc}")
 
 
 def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:

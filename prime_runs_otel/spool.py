@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PrimeRunsOtelError
-from .projection import SummaryAccumulator, rollout_key
+from .projection import SummaryAccumulator
 from .records import (
     CorruptEpisode,
     CorruptMetrics,
@@ -55,7 +55,8 @@ from .records import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+#: 2: record bodies moved out of ``episodes`` into ``records`` (see ``_SCHEMA``).
+SCHEMA_VERSION = 2
 #: Warn once the spool passes this share of its cap.
 WARN_FRACTION = 0.8
 
@@ -106,6 +107,12 @@ CREATE TABLE IF NOT EXISTS episodes (
     UNIQUE (run_id, episode_id)
 );
 CREATE INDEX IF NOT EXISTS episodes_by_state ON episodes (run_id, state, seq);
+CREATE INDEX IF NOT EXISTS episodes_by_upload ON episodes (upload_id) WHERE upload_id IS NOT NULL;
+-- The record bodies, apart from the small rows whose state changes: SQLite
+-- rewrites a whole row on every update, and an episode's state changes two
+-- or three times on its way to the platform. (episodes.record is where
+-- schema version 1 kept them; it is moved here on open and stays NULL.)
+CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS rollouts (
     run_id TEXT NOT NULL,
     example_key TEXT NOT NULL,
@@ -159,6 +166,8 @@ _ADDED_COLUMNS = {
         ("sample_offset", "INTEGER"),
         ("object_url", "TEXT"),
         ("object_key", "TEXT"),
+        # 'gzip' for a Prime Traces body stored as it is sent; NULL: stored plain.
+        ("body_encoding", "TEXT"),
     ),
 }
 
@@ -319,6 +328,7 @@ class UploadRow:
     body: bytes | None
     episodes: int
     state: str
+    body_encoding: str | None = None
 
 
 def lease_owner() -> str:
@@ -443,12 +453,39 @@ class Spool:
                 db = self._connection()
                 db.executescript(_SCHEMA)
                 self._add_missing_columns(db)
-                db.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
+                self._migrate(db)
         except sqlite3.Error as exc:
             raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        """Bring a spool written by an earlier release to this schema, once,
+        in one transaction; refuse one written by a later release."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else SCHEMA_VERSION
+            if version > SCHEMA_VERSION:
+                raise SpoolError(
+                    f"the spool was written by a newer prime-runs-otel (schema {version}, this "
+                    f"release reads {SCHEMA_VERSION}): upgrade prime-runs-otel, or point "
+                    "PRIME_RUNS_OTEL_DIR at another folder"
+                )
+            if version < 2:
+                db.execute(
+                    "INSERT OR IGNORE INTO records (seq, body) "
+                    "SELECT seq, record FROM episodes WHERE record IS NOT NULL"
+                )
+                db.execute("UPDATE episodes SET record = NULL WHERE record IS NOT NULL")
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     @staticmethod
     def _add_missing_columns(db: sqlite3.Connection) -> None:
@@ -633,34 +670,26 @@ class Spool:
         episode: EpisodeArrival,
         summary: SummaryAccumulator,
     ) -> bool:
-        record = episode.record
-        traces = record.get("traces")
-        has_traces = bool(traces)
+        digest = episode.digest
+        has_traces = digest.has_traces
         cursor = db.execute(
-            "INSERT OR IGNORE INTO episodes (run_id, episode_id, has_traces, size, record, step) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                episode.episode_id,
-                int(has_traces),
-                len(episode.raw),
-                episode.raw,
-                episode.step,
-            ),
+            "INSERT OR IGNORE INTO episodes (run_id, episode_id, has_traces, size, step) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (run_id, episode.episode_id, int(has_traces), len(episode.raw), episode.step),
         )
         if cursor.rowcount == 0:
             return False
+        db.execute("INSERT INTO records (seq, body) VALUES (?, ?)", (cursor.lastrowid, episode.raw))
         if has_traces:
-            key = json.dumps(rollout_key(record), sort_keys=True, default=str)
             number = db.execute(
                 "INSERT INTO rollouts (run_id, example_key, count) VALUES (?, ?, 1) "
                 "ON CONFLICT DO UPDATE SET count = count + 1 RETURNING count",
-                (run_id, key),
+                (run_id, digest.rollout_key),
             ).fetchone()[0]
             db.execute(
                 "UPDATE episodes SET rollout_number = ? WHERE seq = ?", (number, cursor.lastrowid)
             )
-        summary.add(record)
+        summary.add_digest(digest)
         return True
 
     @staticmethod
@@ -745,8 +774,9 @@ class Spool:
         total = 0
         with _GATE:
             cursor = self._connection().execute(
-                "SELECT seq, episode_id, rollout_number, has_traces, record, size, step "
-                "FROM episodes WHERE run_id = ? AND state = 'pending' ORDER BY seq",
+                "SELECT e.seq, episode_id, rollout_number, has_traces, r.body, size, step "
+                "FROM episodes e LEFT JOIN records r ON r.seq = e.seq "
+                "WHERE run_id = ? AND state = 'pending' ORDER BY e.seq",
                 (run_id,),
             )
             try:
@@ -764,8 +794,9 @@ class Spool:
         last = 0
         while True:
             page = self._query(
-                "SELECT seq, episode_id, rollout_number, has_traces, record, step FROM episodes "
-                "WHERE run_id = ? AND seq > ? AND record IS NOT NULL ORDER BY seq LIMIT 200",
+                "SELECT e.seq, episode_id, rollout_number, has_traces, r.body, step "
+                "FROM episodes e JOIN records r ON r.seq = e.seq "
+                "WHERE run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT 200",
                 (run_id, last),
             )
             if not page:
@@ -776,7 +807,7 @@ class Spool:
 
     def open_uploads(self, run_id: str) -> list[UploadRow]:
         rows = self._query(
-            "SELECT upload_id, run_id, kind, body, episodes, state FROM uploads "
+            "SELECT upload_id, run_id, kind, body, episodes, state, body_encoding FROM uploads "
             "WHERE run_id = ? AND state IN ('pending', 'sending') ORDER BY created_at",
             (run_id,),
         )
@@ -842,10 +873,12 @@ class Spool:
             return cursor.rowcount == 1
 
     def begin_traces_upload(
-        self, run_id: str, seqs: Sequence[int], upload_id: str, body: bytes
+        self, run_id: str, seqs: Sequence[int], upload_id: str, body: bytes, *, encoding: str
     ) -> bool:
         """Persist an upload's bytes and claim its episodes in one transaction.
 
+        ``body`` is stored as it will be sent (``encoding`` ``"gzip"``): a
+        few times smaller than the lines, and a replay sends it unchanged.
         ``False`` when this exact upload already exists (same bytes were
         claimed before): the caller then just sends it again.
         """
@@ -856,9 +889,9 @@ class Spool:
             if exists:
                 return False
             db.execute(
-                "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at) "
-                "VALUES (?, ?, 'traces', ?, ?, 'pending', ?)",
-                (upload_id, run_id, body, len(seqs), time.time()),
+                "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at, "
+                "body_encoding) VALUES (?, ?, 'traces', ?, ?, 'pending', ?, ?)",
+                (upload_id, run_id, body, len(seqs), time.time(), encoding),
             )
             db.executemany(
                 "UPDATE episodes SET state = 'uploading', upload_id = ? "
@@ -876,8 +909,9 @@ class Spool:
                 "AND state = 'uploading'",
                 (upload_id,),
             ).fetchone()[0]
+            _drop_records(db, "upload_id = ? AND state = 'uploading'", (upload_id,))
             db.execute(
-                "UPDATE episodes SET state = 'delivered', record = NULL "
+                "UPDATE episodes SET state = 'delivered' "
                 "WHERE upload_id = ? AND state = 'uploading'",
                 (upload_id,),
             )
@@ -960,10 +994,11 @@ class Spool:
     def end_samples_request(self, run_id: str, upload_id: str, outcome: str) -> int:
         """``outcome``: delivered, uncertain (may have acted) or pending (did
         not act; retried). Returns the number of episodes it touched."""
-        body_clause = ", record = NULL" if outcome == "delivered" else ""
         with self._transaction() as db:
+            if outcome == "delivered":
+                _drop_records(db, "upload_id = ? AND state = 'sending'", (upload_id,))
             cursor = db.execute(
-                f"UPDATE episodes SET state = ?{body_clause}, "
+                "UPDATE episodes SET state = ?, "
                 "upload_id = CASE WHEN ? = 'pending' THEN NULL ELSE upload_id END "
                 "WHERE upload_id = ? AND state = 'sending'",
                 (outcome, outcome, upload_id),
@@ -1030,8 +1065,9 @@ class Spool:
     def commit_step_upload(self, upload_id: str) -> None:
         """The object is confirmed: its episodes are delivered."""
         with self._transaction() as db:
+            _drop_records(db, "upload_id = ? AND state = 'uploading'", (upload_id,))
             db.execute(
-                "UPDATE episodes SET state = 'delivered', record = NULL "
+                "UPDATE episodes SET state = 'delivered' "
                 "WHERE upload_id = ? AND state = 'uploading'",
                 (upload_id,),
             )
@@ -1045,17 +1081,17 @@ class Spool:
         not training work). Not a loss: Prime Traces would have had them, and
         the legacy table never held them."""
         with self._transaction() as db:
+            db.executemany("DELETE FROM records WHERE seq = ?", [(seq,) for seq in seqs])
             db.executemany(
-                "UPDATE episodes SET state = 'skipped', record = NULL WHERE seq = ?",
-                [(seq,) for seq in seqs],
+                "UPDATE episodes SET state = 'skipped' WHERE seq = ?", [(seq,) for seq in seqs]
             )
 
     def deliver_without_request(self, seqs: Sequence[int]) -> None:
         """Episodes with nothing to send to the sample table (no traces)."""
         with self._transaction() as db:
+            db.executemany("DELETE FROM records WHERE seq = ?", [(seq,) for seq in seqs])
             db.executemany(
-                "UPDATE episodes SET state = 'delivered', record = NULL WHERE seq = ?",
-                [(seq,) for seq in seqs],
+                "UPDATE episodes SET state = 'delivered' WHERE seq = ?", [(seq,) for seq in seqs]
             )
 
     def end_run(self, local_id: str, status: str, error: str | None) -> bool:
@@ -1084,7 +1120,8 @@ class Spool:
         with self._transaction() as db:
             cursor = db.execute(
                 "UPDATE episodes SET state = 'pending', upload_id = NULL "
-                "WHERE run_id = ? AND state = 'failed' AND record IS NOT NULL",
+                "WHERE run_id = ? AND state = 'failed' "
+                "AND EXISTS (SELECT 1 FROM records r WHERE r.seq = episodes.seq)",
                 (local_id,),
             )
             db.execute(
@@ -1123,3 +1160,9 @@ class Spool:
     def release_lease(self, owner: str) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM lease WHERE name = 'uploader' AND owner = ?", (owner,))
+
+
+def _drop_records(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> None:
+    """Delete the bodies of the episodes ``where`` selects: delivered, they
+    are the platform's now (the episode row stays, for its state and counts)."""
+    db.execute(f"DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE {where})", params)

@@ -17,7 +17,6 @@ that is recorded on the run for ``prime-runs-otel show`` and ``push``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -33,7 +32,7 @@ from .config import Settings
 from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
 from .platform.http import PlatformClient, PlatformError
 from .platform.rft import RftAPI
-from .platform.traces import SERVICE_NOT_ENABLED, TracesAPI
+from .platform.traces import SERVICE_NOT_ENABLED, TracesAPI, compress_lines, upload_key
 from .projection import (
     MAX_SAMPLES_PAYLOAD_BYTES,
     SampleTooLargeError,
@@ -495,7 +494,11 @@ class Uploader:
         """Finish what an earlier attempt (or process) left open."""
         for upload in self._spool.open_uploads(run.local_id):
             if upload.kind == "traces" and upload.body is not None:
-                self._send_traces(run, upload.upload_id, upload.body)
+                # A body stored plain was written by an earlier release.
+                compressed = (
+                    upload.body if upload.body_encoding == "gzip" else compress_lines(upload.body)
+                )
+                self._send_traces(run, upload.upload_id, compressed)
             elif upload.kind == "steps":
                 self._training().send_step(run, upload.upload_id)
             elif upload.kind == "samples":
@@ -547,15 +550,16 @@ class Uploader:
         if not lines:
             return
         body = b"".join(lines)
-        upload_id = f"sha256:{hashlib.sha256(body).hexdigest()}"
-        self._spool.begin_traces_upload(run.local_id, seqs, upload_id, body)
-        self._send_traces(run, upload_id, body)
+        upload_id = upload_key(body)
+        compressed = compress_lines(body)
+        self._spool.begin_traces_upload(run.local_id, seqs, upload_id, compressed, encoding="gzip")
+        self._send_traces(run, upload_id, compressed)
 
-    def _send_traces(self, run: RunRow, upload_id: str, body: bytes) -> None:
+    def _send_traces(self, run: RunRow, upload_id: str, compressed: bytes) -> None:
         _, traces = self._apis()
         self._renew_lease()  # a large upload may take a while: keep the lease for its length
         try:
-            traces.upload_episodes(body, upload_id, self._context(run))
+            traces.upload_episodes(compressed, upload_id, self._context(run))
         except PlatformError as exc:
             if exc.status == 403 and exc.code == SERVICE_NOT_ENABLED and run.traces_written == 0:
                 logger.info(

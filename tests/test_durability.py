@@ -11,6 +11,7 @@ every time, not by luck of timing.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -292,6 +293,37 @@ def test_restart_between_traces_upload_and_receipt_replays_same_bytes(
     _assert_stored_once(online, platform_run.id, committed)
     assert platform_run.status == "FAILED"
     assert _show(run_key)["uncertain"] == 0
+
+
+def test_an_upload_stored_plain_by_an_earlier_release_is_replayed_with_its_key(
+    online: FakePlatform,
+) -> None:
+    """Schema 1 kept an open upload's lines uncompressed: the replay
+    compresses them, and the idempotency key (over the lines) still matches."""
+    arm = _kill_on(online, lambda r: r.path == "/api/v1/traces" and r.status == 201)
+    producer = _start_producer("--count", "60", "--pause", "0.01", env=_child_env())
+    arm(producer)
+    _reap_killed(producer)
+    [first_upload] = online.uploads
+    db = sqlite3.connect(_spool_path(), timeout=30)
+    with db:
+        [(upload_id, compressed, encoding)] = db.execute(
+            "SELECT upload_id, body, body_encoding FROM uploads WHERE state = 'pending'"
+        ).fetchall()
+        assert encoding == "gzip"
+        db.execute(
+            "UPDATE uploads SET body = ?, body_encoding = NULL WHERE upload_id = ?",
+            (gzip.decompress(compressed), upload_id),
+        )
+    db.close()
+
+    pushed = _cli("push")
+
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    assert {upload.id: upload for upload in online.uploads}[first_upload.id].replays == 1
+    [platform_run] = online.runs()
+    [(_, committed)] = _spooled_episode_ids().items()
+    _assert_stored_once(online, platform_run.id, committed)
 
 
 def test_restart_during_sample_request_counts_it_uncertain_and_never_resends(

@@ -121,6 +121,18 @@ def test_records_round_trip_through_a_batch_pipeline() -> None:
     assert episodes[records[4]["id"]].record == records[4]
 
 
+def test_a_record_whose_scores_are_not_numbers_is_a_counted_loss(pipeline: Pipeline) -> None:
+    record = synthetic_episode(2, seed=5)
+    record["traces"][0]["rewards"] = {"correct": {"score": "high", "weight": 1.0}}
+    record_episode(pipeline.tracer, record)
+
+    arrival = read_span(pipeline.episode_view())
+
+    assert isinstance(arrival, CorruptEpisode)
+    assert arrival.episode_id == record["id"]
+    assert "verifiers shape" in arrival.reason
+
+
 def test_a_20_mb_record_round_trips(pipeline: Pipeline) -> None:
     record = synthetic_episode(9, target_bytes=20 * 1024 * 1024)
     record_episode(pipeline.tracer, record)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -15,8 +16,10 @@ import pytest
 
 from prime_runs_otel.records import EpisodeArrival, RunEnd, RunIdentity
 from prime_runs_otel.spool import (
+    SCHEMA_VERSION,
     RunBatch,
     Spool,
+    SpoolError,
     lease_owner,
     process_alive,
     process_start_token,
@@ -30,7 +33,7 @@ def _arrivals(count: int, seed: int = 0) -> list[EpisodeArrival]:
     arrivals = []
     for record in synthetic_episodes(count, seed=seed):
         raw = json.dumps(record).encode()
-        arrivals.append(EpisodeArrival(record["id"], record, raw))
+        arrivals.append(EpisodeArrival.of(record, raw))
     return arrivals
 
 
@@ -150,3 +153,55 @@ def test_a_local_run_taken_online_is_reopened(spool: Spool) -> None:
     spool.set_mode("run-1", "online")
     closed = spool.run("run-1")
     assert closed is not None and closed.closed, "an online run stays as it is"
+
+
+def _as_schema_1(path: Path) -> None:
+    """Rewrite a spool the way schema 1 kept it: bodies inside ``episodes``."""
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(
+            "UPDATE episodes SET record = (SELECT body FROM records r WHERE r.seq = episodes.seq)"
+        )
+        db.execute("DELETE FROM records")
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    db.close()
+
+
+def test_a_schema_1_spool_is_migrated_on_open_and_loses_no_body(tmp_path: Path) -> None:
+    path = tmp_path / "spool.sqlite3"
+    episodes = _arrivals(4)
+    Spool(path, max_bytes=BIG).ingest([_batch(episodes)], mode="local")
+    _as_schema_1(path)
+
+    reopened = Spool(path, max_bytes=BIG)
+
+    bodies = [row.record for row in reopened.pending_episodes("run-1", max_bytes=BIG)]
+    assert bodies == [episode.raw for episode in episodes]
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT COUNT(*) FROM episodes WHERE record IS NOT NULL").fetchone() == (
+            0,
+        )
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),
+        )
+    finally:
+        db.close()
+
+
+def test_a_spool_from_a_newer_release_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "spool.sqlite3"
+    Spool(path, max_bytes=BIG).ingest([_batch(_arrivals(2))], mode="local")
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.close()
+
+    with pytest.raises(SpoolError, match="newer prime-runs-otel"):
+        Spool(path, max_bytes=BIG)
+
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT COUNT(*) FROM records").fetchone() == (2,)
+    finally:
+        db.close()

@@ -17,6 +17,7 @@ ours to choose. Error mapping stays prime-traces' own.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from typing import Any
 
@@ -32,6 +33,16 @@ GZIP_LEVEL = 3
 SCHEMA_VERSION = 1
 
 
+def compress_lines(lines: bytes) -> bytes:
+    """The upload's ``traces.jsonl`` part as it is sent and stored: gzip, no timestamp."""
+    return gzip.compress(lines, compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def upload_key(lines: bytes) -> str:
+    """The idempotency key of an upload: the digest of its uncompressed lines."""
+    return f"sha256:{hashlib.sha256(lines).hexdigest()}"
+
+
 class TracesAPI:
     def __init__(self, *, api_key: str, traces_url: str, team_id: str | None) -> None:
         headers = {"Authorization": f"Bearer {api_key}", "User-Agent": user_agent()}
@@ -40,8 +51,12 @@ class TracesAPI:
         self._url = f"{traces_url.rstrip('/')}/api/v1/traces"
         self._client = httpx.Client(headers=headers, timeout=UPLOAD_TIMEOUT)
 
-    def upload_episodes(self, body: bytes, key: str, context: dict[str, str]) -> dict[str, Any]:
-        """Send one upload of episode lines; the receipt, or :class:`PlatformError`.
+    def upload_episodes(
+        self, compressed: bytes, key: str, context: dict[str, str]
+    ) -> dict[str, Any]:
+        """Send one upload of episode lines (``compressed`` by :func:`compress_lines`,
+        ``key`` from :func:`upload_key` over the lines); the receipt, or
+        :class:`PlatformError`.
 
         Every failure of an upload is safe to replay (content addressing), so
         transport errors and 5xx are all *retryable*; a 403 is not, and its
@@ -58,7 +73,7 @@ class TracesAPI:
         )
         traces_part: tuple[str, bytes, str, dict[str, str]] = (
             "traces.jsonl",
-            gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0),
+            compressed,
             "application/x-ndjson",
             {"Content-Encoding": "gzip"},
         )
