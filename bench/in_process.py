@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from importlib import metadata
 from typing import Any
@@ -35,38 +34,35 @@ CHILD_FLAG = "--child"
 # -- child side: one measured run -------------------------------------------
 
 
-def _cpu_of_threads() -> dict[str, float]:
-    """CPU seconds per thread name (Linux: /proc/self/task/*/stat)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    names = {thread.native_id: thread.name for thread in threading.enumerate()}
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        cpu = (int(fields[11]) + int(fields[12])) / ticks
-        name = names.get(int(task), f"tid-{task}")
-        out[name] = out.get(name, 0.0) + cpu
-    return out
-
-
 def child_otel(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     import prime_runs_otel
     from prime_runs_otel.exporter import PrimeRunsSpanExporter
+    from prime_runs_otel.uploader import Uploader
 
     export_times: list[float] = []
-    original = PrimeRunsSpanExporter.export
+    stage_cpu = {"export": 0.0, "deliver": 0.0}
+    original_export = PrimeRunsSpanExporter.export
+    original_deliver = Uploader.deliver_once
 
     def timed_export(self: PrimeRunsSpanExporter, spans: Any) -> Any:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
-            return original(self, spans)
+            return original_export(self, spans)
         finally:
             export_times.append(time.perf_counter() - started)
+            stage_cpu["export"] += time.thread_time() - cpu
 
+    def timed_deliver(self: Uploader, *args: Any, **kwargs: Any) -> None:
+        cpu = time.thread_time()
+        try:
+            original_deliver(self, *args, **kwargs)
+        finally:
+            stage_cpu["deliver"] += time.thread_time() - cpu
+
+    # Stage CPU is summed inside the calls themselves, on whichever thread
+    # makes them: the worker threads are gone by the time the run is finished.
     PrimeRunsSpanExporter.export = timed_export  # type: ignore[method-assign]
+    Uploader.deliver_once = timed_deliver  # type: ignore[method-assign]
     recorded_at: dict[str, float] = {}
     cpu0 = time.process_time()
     wall0 = time.perf_counter()
@@ -79,18 +75,16 @@ def child_otel(episodes: list[dict[str, Any]]) -> dict[str, Any]:
         run.record_episode(episode)
     producer_cpu = time.thread_time() - producer_cpu0
     record_wall = time.perf_counter() - wall0
-    threads_before_finish = _cpu_of_threads()
     result = run.finish(timeout=600)
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
-    threads = {**threads_before_finish, **_cpu_of_threads()}
     return {
         "wall": wall,
         "record_wall": record_wall,
         "cpu": cpu,
         "producer_cpu": producer_cpu,
-        "exporter_cpu": sum(cpu for name, cpu in threads.items() if name.startswith("OtelBatch")),
-        "uploader_cpu": threads.get("prime-runs-otel-uploader", 0.0),
+        "exporter_cpu": stage_cpu["export"],
+        "uploader_cpu": stage_cpu["deliver"],
         "export_ms": [t * 1000 for t in export_times],
         "stored": result.episodes,
         "closed": result.closed,
