@@ -397,7 +397,8 @@ class Spool:
         self._local = threading.local()
         self._warned_full = False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Private when created here: records hold prompts and completions.
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise SpoolError(
                 f"cannot create the spool folder {str(self.path.parent)!r}: {exc}. "
@@ -420,6 +421,12 @@ class Spool:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=60000")
+            # Some builds (Debian's) default to secure_delete=ON, which zeroes
+            # every freed page: dropping a delivered body then costs as much
+            # as writing it. FAST zeroes only pages written anyway; a freed
+            # body may linger in free pages until reused, as the live ones
+            # sit in the clear: the spool's folder is what keeps them private.
+            db.execute("PRAGMA secure_delete=FAST")
         except sqlite3.Error as exc:
             raise SpoolError(
                 f"cannot open the spool {str(self.path)!r}: {exc}. Check that the folder is "

@@ -205,3 +205,10 @@ def test_a_spool_from_a_newer_release_is_refused_untouched(tmp_path: Path) -> No
         assert db.execute("SELECT COUNT(*) FROM records").fetchone() == (2,)
     finally:
         db.close()
+
+
+def test_a_spool_folder_it_creates_is_private(tmp_path: Path) -> None:
+    folder = tmp_path / "new" / "spool"
+    Spool(folder / "spool.sqlite3", max_bytes=BIG)
+
+    assert folder.stat().st_mode & 0o777 == 0o700
