@@ -161,6 +161,8 @@ def percentile(values: list[float], q: float) -> float:
 def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as spool:
         child_env = {**env, "PRIME_RUNS_OTEL_DIR": spool}
+        if args.export_batch:
+            child_env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = str(args.export_batch)
         done = subprocess.run(
             [
                 sys.executable,
@@ -243,6 +245,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=8000, help="bytes per episode record")
+    parser.add_argument(
+        "--export-batch", type=int, default=0, help="spans per export() (default: start_run's)"
+    )
     args = parser.parse_args()
 
     from prime_runs_otel.testing import FakePlatform

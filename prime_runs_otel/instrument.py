@@ -14,7 +14,6 @@ the consumer does not need them.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -848,7 +847,7 @@ def _set_blob(span: Span, tracer: Tracer, key: str, text: str, data: bytes | Non
         else [text[offset : offset + step] for offset in range(0, len(text), step)]
     )
     span.set_attribute(sc.blob_size_key(key), len(data))
-    span.set_attribute(sc.blob_sha256_key(key), hashlib.sha256(data).hexdigest())
+    span.set_attribute(sc.blob_sha256_key(key), sc.blob_sha256(data))
     span.set_attribute(key, chunks)
 
 

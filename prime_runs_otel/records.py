@@ -12,7 +12,6 @@ row on the platform.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -295,7 +294,7 @@ def decode_blob(attributes: Mapping[str, Any], key: str) -> bytes:
             f"{key} arrived as {len(data)} bytes but {size} were sent: it was truncated "
             "on the way (an attribute value length limit in an SDK or collector?)"
         )
-    if hashlib.sha256(data).hexdigest() != digest:
+    if sc.blob_sha256(data) != digest:
         raise RecordError(f"{key} does not match its SHA-256: it was altered on the way")
     return data
 

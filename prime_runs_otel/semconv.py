@@ -23,6 +23,7 @@ GenAI names are the ones of the OpenTelemetry GenAI semantic conventions
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 # --------------------------------------------------------------------------
@@ -246,3 +247,29 @@ def agent_span_name(agent: str | None) -> str:
 def chat_span_name(model: str | None) -> str:
     """``chat {model}``, the GenAI conventions' inference span name."""
     return f"{OPERATION_CHAT} {model}" if model else OPERATION_CHAT
+
+
+#: hashlib lets go of the GIL for inputs of this size and more.
+_HASHLIB_GIL_MINSIZE = 2048
+#: Up to this size a blob is hashed in slices that keep the GIL.
+_HASH_IN_SLICES_UP_TO = 256 * 1024
+
+
+def blob_sha256(data: bytes) -> str:
+    """The hex SHA-256 pinned on a blob.
+
+    hashlib releases the GIL for every input of 2 KiB or more, and taking it
+    back can cost a whole switch interval (5 ms) while another thread
+    computes: in a busy process that wait dwarfs the hashing of a few
+    kilobytes. Most records are that small, so they are hashed in slices
+    under the threshold; a large blob is hashed in one call, where letting
+    other threads run is worth it.
+    """
+    if len(data) > _HASH_IN_SLICES_UP_TO:
+        return hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256()
+    view = memoryview(data)
+    step = _HASHLIB_GIL_MINSIZE - 1
+    for offset in range(0, len(view), step):
+        digest.update(view[offset : offset + step])
+    return digest.hexdigest()

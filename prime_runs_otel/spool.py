@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 #: 2: record bodies moved out of ``episodes`` into ``records`` (see ``_SCHEMA``).
 SCHEMA_VERSION = 2
+#: WAL pages (4 KiB) after which a commit checkpoints by itself: past
+#: SQLite's 1,000 so that the uploader's checkpoints come first.
+AUTOCHECKPOINT_PAGES = 8000
 #: Warn once the spool passes this share of its cap.
 WARN_FRACTION = 0.8
 
@@ -178,11 +181,63 @@ class _Connection(sqlite3.Connection):
 
 #: Every connection open in this process, so a fork can hold on to them.
 _open_connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
-#: Held by every thread for as long as it is inside SQLite, and by a thread
-#: that forks while it forks: a child never starts with a SQLite mutex, file
-#: lock or transaction that belonged to a thread of its parent (it would hang
-#: on the mutex, or act on the lock it does not really hold).
-_GATE = threading.RLock()
+
+
+class _ForkGate:
+    """Many threads inside SQLite at once; a fork waits until none is.
+
+    A child must never start with a SQLite mutex, file lock or transaction
+    that belonged to a thread of its parent (it would hang on the mutex, or
+    act on a lock it does not really hold). So every SQLite call happens
+    inside the gate, and ``fork()`` closes the gate and waits for it to
+    empty. Threads do not exclude each other here: each has its own
+    connection, and in WAL mode readers and the writer run side by side.
+    """
+
+    def __init__(self) -> None:
+        self._state = threading.Condition(threading.Lock())
+        self._inside: dict[int, int] = {}  # thread id -> depth (entries nest)
+        self._closed_by: int | None = None
+
+    def __enter__(self) -> None:
+        me = threading.get_ident()
+        with self._state:
+            while self._closed_by is not None and self._closed_by != me:
+                self._state.wait()
+            self._inside[me] = self._inside.get(me, 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        me = threading.get_ident()
+        with self._state:
+            depth = self._inside[me] - 1
+            if depth:
+                self._inside[me] = depth
+            else:
+                del self._inside[me]
+                self._state.notify_all()
+
+    def close_for_fork(self) -> None:
+        """Bar new entries and wait until only this thread (if it) is inside."""
+        me = threading.get_ident()
+        self._state.acquire()
+        self._closed_by = me
+        while any(thread != me for thread in self._inside):
+            self._state.wait()
+
+    def reopen(self, *, in_child: bool) -> None:
+        if in_child:  # the other threads did not survive the fork
+            me = threading.get_ident()
+            self._inside = {me: self._inside[me]} if me in self._inside else {}
+        self._closed_by = None
+        self._state.notify_all()
+        self._state.release()
+
+
+_GATE = _ForkGate()
+#: One writer at a time in this process. SQLite would serialise writers by
+#: itself, but its busy handler sleeps in steps of up to 100 ms; a lock
+#: hands over the moment the other transaction ends.
+_WRITER = threading.Lock()
 #: In a forked child: the connections inherited from the parent, referenced
 #: forever so they are never closed here. SQLite forbids using a connection
 #: across ``fork()``, and closing one counts.
@@ -193,7 +248,7 @@ _held_for_fork: list[_Connection] = []
 
 
 def _before_fork() -> None:
-    _GATE.acquire()
+    _GATE.close_for_fork()
     while True:
         try:
             _held_for_fork[:] = list(_open_connections)
@@ -204,13 +259,15 @@ def _before_fork() -> None:
 
 def _after_fork_in_parent() -> None:
     _held_for_fork.clear()
-    _GATE.release()
+    _GATE.reopen(in_child=False)
 
 
 def _after_fork_in_child() -> None:
+    global _WRITER
     _inherited_connections.extend(_held_for_fork)
     _held_for_fork.clear()
-    _GATE.release()
+    _WRITER = threading.Lock()  # a parent's thread may have held it: not ours
+    _GATE.reopen(in_child=True)
 
 
 os.register_at_fork(
@@ -404,19 +461,43 @@ class Spool:
                 f"cannot create the spool folder {str(self.path.parent)!r}: {exc}. "
                 "Set PRIME_RUNS_OTEL_DIR to a writable folder."
             ) from exc
+        self._writer_db: sqlite3.Connection | None = None
+        self._writer_pid = 0
         self._init_schema()
 
     # -- connections ---------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        """One connection per thread and per process: a connection inherited
-        across ``fork()`` must never be used by the child."""
+        """For reads: one connection per thread and per process (a connection
+        inherited across ``fork()`` must never be used by the child)."""
         pid = os.getpid()
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is not None and getattr(self._local, "pid", None) == pid:
             return db
+        db = self._open()
+        self._local.db = db
+        self._local.pid = pid
+        return db
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        """For writes, with ``_WRITER`` held: one connection per process, open
+        from the start. Every thread writes through it, so no export() ever
+        opens a connection or meets another connection's write lock."""
+        pid = os.getpid()
+        if self._writer_db is None or self._writer_pid != pid:
+            self._writer_db = self._open(check_same_thread=False)
+            self._writer_pid = pid
+        return self._writer_db
+
+    def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, factory=_Connection)
+            db = sqlite3.connect(
+                self.path,
+                timeout=60.0,
+                isolation_level=None,
+                factory=_Connection,
+                check_same_thread=check_same_thread,
+            )
             _open_connections.add(db)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
@@ -427,19 +508,20 @@ class Spool:
             # body may linger in free pages until reused, as the live ones
             # sit in the clear: the spool's folder is what keeps them private.
             db.execute("PRAGMA secure_delete=FAST")
+            # The uploader checkpoints after every pass (see checkpoint());
+            # SQLite's own, in whatever commit crosses this, is the fallback.
+            db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
         except sqlite3.Error as exc:
             raise SpoolError(
                 f"cannot open the spool {str(self.path)!r}: {exc}. Check that the folder is "
                 "writable, or set PRIME_RUNS_OTEL_DIR to another one."
             ) from exc
-        self._local.db = db
-        self._local.pid = pid
         return db
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with _GATE:
-            db = self._connection()
+        with _WRITER, _GATE:
+            db = self._writer_connection()
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -449,6 +531,12 @@ class Spool:
             else:
                 db.execute("COMMIT")
 
+    def checkpoint(self) -> None:
+        """Copy committed pages from the write-ahead log into the database
+        without waiting for anyone (PASSIVE: writers carry on meanwhile)."""
+        with _GATE:
+            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of one read, fetched whole so no statement stays open."""
         with _GATE:
@@ -456,8 +544,8 @@ class Spool:
 
     def _init_schema(self) -> None:
         try:
-            with _GATE:
-                db = self._connection()
+            with _WRITER, _GATE:
+                db = self._writer_connection()
                 db.executescript(_SCHEMA)
                 self._add_missing_columns(db)
                 self._migrate(db)
@@ -504,11 +592,15 @@ class Spool:
                         db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     def close(self) -> None:
-        with _GATE:
+        """Close this thread's reading connection and the process's writer."""
+        with _WRITER, _GATE:
             db: sqlite3.Connection | None = getattr(self._local, "db", None)
             if db is not None and getattr(self._local, "pid", None) == os.getpid():
                 db.close()
             self._local = threading.local()
+            if self._writer_db is not None and self._writer_pid == os.getpid():
+                self._writer_db.close()
+            self._writer_db = None
 
     # -- size ----------------------------------------------------------------
 
@@ -579,15 +671,9 @@ class Spool:
                         "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
                         (json.dumps(batch.start.config), local_id),
                     )
-                added = refused = 0
-                for episode in batch.episodes:
-                    if size + len(episode.raw) > self.max_bytes:
-                        # Already stored is a duplicate, not a loss, even when full.
-                        if not self._has_episode(db, local_id, episode.episode_id):
-                            refused += 1
-                    elif self._insert_episode(db, local_id, episode, summary):
-                        added += 1
-                        size += len(episode.raw)
+                added, refused, size = self._insert_episodes(
+                    db, local_id, batch.episodes, summary, size
+                )
                 stored += added
                 rejected += refused
                 duplicates += len(batch.episodes) - added - refused
@@ -661,43 +747,93 @@ class Spool:
         )
         return summary
 
-    @staticmethod
-    def _has_episode(db: sqlite3.Connection, run_id: str, episode_id: str) -> bool:
-        return (
-            db.execute(
-                "SELECT 1 FROM episodes WHERE run_id = ? AND episode_id = ?", (run_id, episode_id)
-            ).fetchone()
-            is not None
-        )
-
-    def _insert_episode(
+    def _insert_episodes(
         self,
         db: sqlite3.Connection,
         run_id: str,
-        episode: EpisodeArrival,
+        episodes: Sequence[EpisodeArrival],
         summary: SummaryAccumulator,
-    ) -> bool:
-        digest = episode.digest
-        has_traces = digest.has_traces
-        cursor = db.execute(
-            "INSERT OR IGNORE INTO episodes (run_id, episode_id, has_traces, size, step) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (run_id, episode.episode_id, int(has_traces), len(episode.raw), episode.step),
+        size: int,
+    ) -> tuple[int, int, int]:
+        """Store the new episodes of one run from one batch; returns how many
+        were added and refused, and the spool's size after them.
+
+        A fixed handful of statements whatever the batch size, rather than a
+        few per episode: Python's sqlite3 lets go of the GIL on every
+        statement, and taking it back can cost a switch interval (5 ms) while
+        a producer thread computes, which made ``export()`` wait far longer
+        than it worked. So duplicates (stored before, or twice in the batch)
+        are found in one read, rollout numbers in another, and rows and
+        bodies go in as multi-row inserts. At the cap a new episode is
+        refused; one already stored is still a duplicate, not a loss.
+        """
+        ids = [episode.episode_id for episode in episodes]
+        known: set[str] = set()
+        for stored in _aggregate(
+            db, "json_group_array(episode_id)", "episodes", run_id, "episode_id", ids
+        ):
+            known.update(stored)
+        fresh: list[EpisodeArrival] = []
+        refused = 0
+        for episode in episodes:
+            if episode.episode_id in known:
+                continue
+            if size + len(episode.raw) > self.max_bytes:
+                refused += 1
+                continue
+            known.add(episode.episode_id)
+            fresh.append(episode)
+            size += len(episode.raw)
+        if not fresh:
+            return 0, refused, size
+        numbers = self._number_rollouts(db, run_id, fresh)
+        _insert_rows(
+            db,
+            "episodes (run_id, episode_id, has_traces, size, step, rollout_number)",
+            [
+                (run_id, e.episode_id, int(e.digest.has_traces), len(e.raw), e.step, number)
+                for e, number in zip(fresh, numbers, strict=True)
+            ],
         )
-        if cursor.rowcount == 0:
-            return False
-        db.execute("INSERT INTO records (seq, body) VALUES (?, ?)", (cursor.lastrowid, episode.raw))
-        if has_traces:
-            number = db.execute(
-                "INSERT INTO rollouts (run_id, example_key, count) VALUES (?, ?, 1) "
-                "ON CONFLICT DO UPDATE SET count = count + 1 RETURNING count",
-                (run_id, digest.rollout_key),
-            ).fetchone()[0]
-            db.execute(
-                "UPDATE episodes SET rollout_number = ? WHERE seq = ?", (number, cursor.lastrowid)
+        seqs: dict[str, int] = {}
+        fresh_ids = [episode.episode_id for episode in fresh]
+        for found in _aggregate(
+            db, "json_group_object(episode_id, seq)", "episodes", run_id, "episode_id", fresh_ids
+        ):
+            seqs.update(found)
+        _insert_rows(db, "records (seq, body)", [(seqs[e.episode_id], e.raw) for e in fresh])
+        for episode in fresh:
+            summary.add_digest(episode.digest)
+        return len(fresh), refused, size
+
+    @staticmethod
+    def _number_rollouts(
+        db: sqlite3.Connection, run_id: str, episodes: Sequence[EpisodeArrival]
+    ) -> list[int | None]:
+        """Each episode's number among the rollouts of its example, in arrival
+        order, continuing the run's counts; None for an episode without traces."""
+        keys = list({e.digest.rollout_key for e in episodes if e.digest.has_traces})
+        counts: dict[str, int] = {}
+        for found in _aggregate(
+            db, "json_group_object(example_key, count)", "rollouts", run_id, "example_key", keys
+        ):
+            counts.update(found)
+        numbers: list[int | None] = []
+        for episode in episodes:
+            if not episode.digest.has_traces:
+                numbers.append(None)
+                continue
+            key = episode.digest.rollout_key
+            counts[key] = counts.get(key, 0) + 1
+            numbers.append(counts[key])
+        if keys:
+            _insert_rows(
+                db,
+                "rollouts (run_id, example_key, count)",
+                [(run_id, key, counts[key]) for key in keys],
+                suffix="ON CONFLICT (run_id, example_key) DO UPDATE SET count = excluded.count",
             )
-        summary.add_digest(digest)
-        return True
+        return numbers
 
     @staticmethod
     def _insert_metrics(
@@ -1173,3 +1309,46 @@ def _drop_records(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> 
     """Delete the bodies of the episodes ``where`` selects: delivered, they
     are the platform's now (the episode row stays, for its state and counts)."""
     db.execute(f"DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE {where})", params)
+
+
+#: Rows per multi-row statement: well inside SQLite's 32,766 bound variables.
+_ROWS_PER_STATEMENT = 500
+
+
+def _chunks(items: Sequence[Any], size: int = _ROWS_PER_STATEMENT) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _aggregate(
+    db: sqlite3.Connection,
+    aggregate: str,
+    table: str,
+    run_id: str,
+    column: str,
+    values: Sequence[Any],
+) -> Iterator[Any]:
+    """``aggregate`` (a ``json_group_*`` expression) over the rows of a run
+    whose ``column`` is among ``values``, parsed, one statement per chunk:
+    a read costs one statement however many rows it covers."""
+    for chunk in _chunks(values):
+        marks = ", ".join("?" * len(chunk))
+        (text,) = db.execute(
+            f"SELECT {aggregate} FROM {table} WHERE run_id = ? AND {column} IN ({marks})",
+            (run_id, *chunk),
+        ).fetchone()
+        yield json.loads(text)
+
+
+def _insert_rows(
+    db: sqlite3.Connection, target: str, rows: Sequence[tuple[Any, ...]], *, suffix: str = ""
+) -> None:
+    """``INSERT INTO target VALUES (...), (...), ...`` in as few statements as fit."""
+    if not rows:
+        return
+    width = len(rows[0])
+    row_marks = "(" + ", ".join("?" * width) + ")"
+    for chunk in _chunks(rows):
+        values = ", ".join([row_marks] * len(chunk))
+        flat = [value for row in chunk for value in row]
+        db.execute(f"INSERT INTO {target} VALUES {values} {suffix}", flat)

@@ -196,6 +196,14 @@ class Uploader:
         """Advance every deliverable run as far as it goes now."""
         if not self._spool.acquire_lease(self._owner, self._lease_ttl):
             return
+        try:
+            self._deliver_runs(only)
+        finally:
+            # Here rather than in whichever commit crosses SQLite's threshold,
+            # which would often be an export() the SDK is waiting on.
+            self._spool.checkpoint()
+
+    def _deliver_runs(self, only: Sequence[str] | None) -> None:
         for run in self._spool.runs_to_deliver_or_close():
             if only is not None and run.local_id not in only:
                 continue
