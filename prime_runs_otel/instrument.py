@@ -782,23 +782,19 @@ def _tool_arguments(arguments: Any) -> Any:
 def _trace_window(trace: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """Earliest start and latest end the trace recorded, in epoch nanoseconds."""
     timing = _mapping(trace.get("timing"))
-    starts = [_ns(timing.get("start"))]
-    ends: list[int | None] = []
-    for stage in _TIMING_STAGES:
-        span = _mapping(timing.get(stage))
-        starts.append(_ns(span.get("start")))
-        ends.append(_ns(span.get("end")))
+    first = _ns(timing.get("start"))
+    last: int | None = None
     calls = trace.get("calls")
-    for call in calls if isinstance(calls, list) else ():
-        call_time = _mapping(_mapping(call).get("time"))
-        starts.append(_ns(call_time.get("start")))
-        ends.append(_ns(call_time.get("end")))
-    known_starts = [value for value in starts if value is not None]
-    known_ends = [value for value in ends if value is not None]
-    return (
-        min(known_starts) if known_starts else None,
-        max(known_ends) if known_ends else None,
-    )
+    spans = [_mapping(timing.get(stage)) for stage in _TIMING_STAGES]
+    if isinstance(calls, list):
+        spans.extend(_mapping(_mapping(call).get("time")) for call in calls)
+    for span in spans:
+        start, end = _ns(span.get("start")), _ns(span.get("end"))
+        if start is not None and (first is None or start < first):
+            first = start
+        if end is not None and (last is None or end > last):
+            last = end
+    return first, last
 
 
 def _episode_window(windows: list[tuple[int | None, int | None]]) -> Window:

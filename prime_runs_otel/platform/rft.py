@@ -31,6 +31,7 @@ from .http import (
     classify_response,
     classify_transport_error,
     encode_json,
+    tls_context,
     user_agent,
 )
 
@@ -182,11 +183,17 @@ class RftAPI:
             # The internal router reads a hosted run's own token from this header.
             headers["x-api-key"] = api_key
         self._client = httpx.Client(
-            base_url=f"{origin}{api_path}", headers=headers, timeout=DEFAULT_TIMEOUT
+            base_url=f"{origin}{api_path}",
+            headers=headers,
+            timeout=DEFAULT_TIMEOUT,
+            verify=tls_context(),
         )
         # Presigned URLs carry their own grant and refuse the platform's credentials.
         self._storage = httpx.Client(
-            headers={"User-Agent": user_agent()}, follow_redirects=False, timeout=UPLOAD_TIMEOUT
+            headers={"User-Agent": user_agent()},
+            follow_redirects=False,
+            timeout=UPLOAD_TIMEOUT,
+            verify=tls_context(),
         )
 
     def url_for(self, run_id: str) -> str:

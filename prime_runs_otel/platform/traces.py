@@ -26,7 +26,7 @@ from prime_traces import LineFormat
 from prime_traces.core.client import raise_for_response
 from prime_traces.exceptions import APIError, RetryableAPIError
 
-from .http import UPLOAD_TIMEOUT, PlatformError, user_agent
+from .http import UPLOAD_TIMEOUT, PlatformError, tls_context, user_agent
 
 SERVICE_NOT_ENABLED = "service_not_enabled"
 GZIP_LEVEL = 3
@@ -49,7 +49,7 @@ class TracesAPI:
         if team_id:
             headers["X-Prime-Team-ID"] = team_id
         self._url = f"{traces_url.rstrip('/')}/api/v1/traces"
-        self._client = httpx.Client(headers=headers, timeout=UPLOAD_TIMEOUT)
+        self._client = httpx.Client(headers=headers, timeout=UPLOAD_TIMEOUT, verify=tls_context())
 
     def upload_episodes(
         self, compressed: bytes, key: str, context: dict[str, str]
