@@ -40,12 +40,14 @@ TERMINAL_STATUSES = ("completed", "failed", "cancelled", "crashed")
 
 #: BatchSpanProcessor settings ``start_run`` uses unless an ``OTEL_BSP_*``
 #: variable says otherwise. A shorter delay than the SDK's 5 s keeps latency
-#: down; batches of 512 keep each ``export()`` call short. The queue needs
-#: no great size: ``QueueGauge`` makes the producer wait before it overflows.
+#: down; batches of 64 keep each ``export()`` call around 20 ms for 8 KB
+#: episodes (512 took 150 ms, and CPU per episode is the same: a commit is
+#: cheap next to the records in it). The queue needs no great size:
+#: ``QueueGauge`` makes the producer wait before it overflows.
 BSP_DEFAULTS = {
     "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", 8192),
     "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", 200),
-    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
+    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 64),
     "export_timeout_millis": ("OTEL_BSP_EXPORT_TIMEOUT", 30000),
 }
 
@@ -256,6 +258,11 @@ class Run:
             self._recorded += 1
         if self._queue is not None:
             self._queue.wait_for_room()
+        # Let go of the GIL once per episode. The export and delivery threads
+        # give it up on every SQLite call and would otherwise wait a whole
+        # switch interval (5 ms) for it behind a producer that never blocks:
+        # measured, export() p99 went from 350 ms to 50 ms, and throughput up.
+        time.sleep(0)
         return record_episode(
             self._tracer,
             episode,

@@ -542,6 +542,7 @@ class Uploader:
         lines: list[bytes] = []
         seqs: list[int] = []
         for episode in episodes:
+            time.sleep(0)  # let a waiting export() have the GIL: see Run.record_episode
             line = traces_line(
                 fast_loads(episode.record), run.platform_id, run.kind, step=episode.step
             )

@@ -82,7 +82,7 @@ def test_start_run_chooses_bsp_settings_unless_otel_bsp_says_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = pro.start_run(environments=["env-a"])
-    assert _queue_settings(run) == (8192, 512)
+    assert _queue_settings(run) == (8192, 64)
     run.finish(timeout=10)
 
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4096")
