@@ -1,9 +1,17 @@
 """Through a collector: producer → OTLP/gRPC → rotel → OTLP/HTTP → serve →
 the fake platform, all on loopback.
 
-Printed: episodes per second end to end (first record to run closed), CPU
-seconds per episode in `serve` (its whole process, from /proc), and latency
-from recording an episode to the platform's receipt (p50/p99).
+Two runs on the same episodes:
+
+- live: a producer process records episodes (episode, agent and model-call
+  spans) through the SDK's OTLP exporter, sharing the two cores with rotel
+  and serve: what one machine running everything achieves.
+- replay: the same spans encoded beforehand and sent as fast as rotel takes
+  them, so the producer costs next to nothing: what rotel and serve sustain.
+
+Printed for each: episodes per second (first send to run closed), CPU per
+episode in `serve` (its whole process, from /proc), and latency from
+sending an episode to the platform's receipt (p50/p99).
 
     python bench/collector.py [--episodes 5000] [--size 8000]
 """
@@ -61,33 +69,19 @@ def recipe() -> dict[str, str]:
     return settings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=5000)
-    parser.add_argument("--size", type=int, default=8000)
-    args = parser.parse_args()
+class Pipeline:
+    """serve and rotel started against a fake platform, torn down on exit."""
 
-    import rotel
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    import prime_runs_otel as pro
-    from prime_runs_otel.synthetic import synthetic_episodes
-    from prime_runs_otel.testing import FakePlatform
-
-    print(machine())
-    pool = list(synthetic_episodes(1000, seed=3, target_bytes=args.size))
-    with FakePlatform() as fake, tempfile.TemporaryDirectory() as root:
+    def __init__(self, fake: Any, root: str) -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))}
-        http_port = free_port()
-        serve = subprocess.Popen(
+        self.http_port = free_port()
+        self.serve = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "prime_runs_otel.serve",
                 "--http-port",
-                str(http_port),
+                str(self.http_port),
                 "--no-grpc",
                 "--spool-dir",
                 os.path.join(root, "spool"),
@@ -96,81 +90,179 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_port(http_port, serve, "serve")
-        grpc_port = free_port()
+        wait_port(self.http_port, self.serve, "serve")
+        import rotel
+
+        self.grpc_port = free_port()
         rotel_env = {
             **{k: v for k, v in base.items() if not k.startswith("ROTEL_")},
             **recipe(),
-            "ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+            "ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{self.grpc_port}",
             "ROTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
-            "ROTEL_OTLP_EXPORTER_ENDPOINT": f"http://127.0.0.1:{http_port}",
+            "ROTEL_OTLP_EXPORTER_ENDPOINT": f"http://127.0.0.1:{self.http_port}",
             "ROTEL_PID_FILE": os.path.join(root, "rotel.pid"),
             "ROTEL_LOG_FILE": os.path.join(root, "rotel.log"),
         }
-        collector = subprocess.Popen(
+        self.collector = subprocess.Popen(
             [str(Path(rotel.__file__).parent / "rotel-agent"), "start"],
             env=rotel_env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_port(grpc_port, collector, "rotel")
-        try:
-            resource = pro.run_resource(name="bench-collector", environments=["bench-env"])
-            provider = TracerProvider(resource=resource)
-            exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True)
-            provider.add_span_processor(
-                BatchSpanProcessor(exporter, max_queue_size=65536, max_export_batch_size=256)
-            )
-            tracer = provider.get_tracer("bench")
-            recorded: dict[str, float] = {}
-            serve_cpu0 = cpu_seconds(serve.pid)
-            started = time.perf_counter()
-            pro.emit_run_start(tracer, {})
-            for number in range(args.episodes):
-                record = fresh_copy(pool[number % len(pool)], number)
-                recorded[record["id"]] = time.time()
-                pro.record_episode(tracer, record)
-            pro.emit_run_end(tracer, "completed", episodes_recorded=args.episodes)
-            provider.force_flush(600_000)
-            platform_run: Any = None
-            deadline = time.monotonic() + 1800
-            while time.monotonic() < deadline:
-                runs = fake.runs()
-                if runs and runs[0].closed:
-                    platform_run = runs[0]
-                    break
-                time.sleep(0.05)
-            elapsed = time.perf_counter() - started
-            serve_cpu = cpu_seconds(serve.pid) - serve_cpu0
-            provider.shutdown()
-        finally:
-            collector.send_signal(signal.SIGTERM)
-            serve.send_signal(signal.SIGTERM)
-            collector.wait(30)
-            serve.wait(60)
-        if platform_run is None:
-            raise SystemExit("the run did not close on the platform")
-        delivered = len(fake.episodes(platform_run.id))
-        received: dict[str, float] = {}
-        for upload in fake.uploads:
+        wait_port(self.grpc_port, self.collector, "rotel")
+
+    def stop(self) -> None:
+        self.collector.send_signal(signal.SIGTERM)
+        self.serve.send_signal(signal.SIGTERM)
+        self.collector.wait(30)
+        self.serve.wait(60)
+
+
+def wait_closed(fake: Any, run_key: str) -> Any:
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        for run in fake.runs():
+            marker = (run.metadata or {}).get("prime_runs_otel", {}).get("run_key")
+            if marker == run_key and run.closed:
+                return run
+        time.sleep(0.05)
+    raise SystemExit("the run did not close on the platform")
+
+
+def receipts(fake: Any, platform_id: str) -> dict[str, float]:
+    received: dict[str, float] = {}
+    for upload in fake.uploads:
+        if platform_id in upload.run_ids:
             for episode_id in upload.record_ids:
                 received.setdefault(episode_id, upload.received_at)
-        latencies = [received[key] - at for key, at in recorded.items() if key in received]
+    return received
 
-    rate = delivered / elapsed
-    print(
-        f"\nepisodes recorded {args.episodes}, delivered {delivered}, status {platform_run.status}"
+
+def live(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Record through the SDK's OTLP exporter while rotel and serve run."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    import prime_runs_otel as pro
+
+    resource = pro.run_resource(name="bench-collector-live", environments=["bench-env"])
+    provider = TracerProvider(resource=resource)
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{pipeline.grpc_port}", insecure=True)
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_queue_size=65536, max_export_batch_size=256)
     )
-    print(f"{'episodes/s':<28} {rate:>10.1f}")
-    print(f"{'serve CPU ms/episode':<28} {1000 * serve_cpu / max(delivered, 1):>10.3f}")
-    print(f"{'latency p50 ms':<28} {1000 * percentile(latencies, 0.5):>10.1f}")
-    print(f"{'latency p99 ms':<28} {1000 * percentile(latencies, 0.99):>10.1f}")
+    tracer = provider.get_tracer("bench")
+    sent: dict[str, float] = {}
+    serve_cpu0 = cpu_seconds(pipeline.serve.pid)
+    started = time.perf_counter()
+    pro.emit_run_start(tracer, {})
+    for record in records:
+        sent[record["id"]] = time.time()
+        pro.record_episode(tracer, record)
+    pro.emit_run_end(tracer, "completed", episodes_recorded=len(records))
+    provider.force_flush(600_000)
+    run = wait_closed(fake, str(resource.attributes["prime.run.id"]))
+    elapsed = time.perf_counter() - started
+    serve_cpu = cpu_seconds(pipeline.serve.pid) - serve_cpu0
+    provider.shutdown()
+    return {"run": run, "elapsed": elapsed, "serve_cpu": serve_cpu, "sent": sent}
+
+
+def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Send the same spans, encoded beforehand, as fast as rotel takes them."""
+    import grpc
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import prime_runs_otel as pro
+
+    resource = pro.run_resource(name="bench-collector-replay", environments=["bench-env"])
+    provider = TracerProvider(resource=resource)
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("bench")
+    pro.emit_run_start(tracer, {})
+    for record in records:
+        pro.record_episode(tracer, record)
+    pro.emit_run_end(tracer, "completed", episodes_recorded=len(records))
+    spans = list(memory.get_finished_spans())
+    requests = [
+        (
+            [span.attributes.get("prime.episode.id") for span in spans[i : i + 256]],
+            encode_spans(spans[i : i + 256]).SerializeToString(),
+        )
+        for i in range(0, len(spans), 256)
+    ]
+    channel = grpc.insecure_channel(f"127.0.0.1:{pipeline.grpc_port}")
+    export = channel.unary_unary(
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        request_serializer=None,
+        response_deserializer=None,
+    )
+    sent: dict[str, float] = {}
+    serve_cpu0 = cpu_seconds(pipeline.serve.pid)
+    started = time.perf_counter()
+    for episode_ids, body in requests:
+        now = time.time()
+        sent.update((str(key), now) for key in episode_ids if key)
+        export(body, timeout=60)
+    run = wait_closed(fake, str(resource.attributes["prime.run.id"]))
+    elapsed = time.perf_counter() - started
+    serve_cpu = cpu_seconds(pipeline.serve.pid) - serve_cpu0
+    channel.close()
+    return {"run": run, "elapsed": elapsed, "serve_cpu": serve_cpu, "sent": sent}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=5000)
+    parser.add_argument("--size", type=int, default=8000)
+    args = parser.parse_args()
+
+    from prime_runs_otel.synthetic import synthetic_episodes
+    from prime_runs_otel.testing import FakePlatform
+
+    print(machine())
+    pool = list(synthetic_episodes(1000, seed=3, target_bytes=args.size))
+    figures: dict[str, dict[str, float]] = {}
+    with FakePlatform() as fake, tempfile.TemporaryDirectory() as root:
+        pipeline = Pipeline(fake, root)
+        try:
+            for name, measure in (("live", live), ("replay", replay)):
+                records = [fresh_copy(pool[n % len(pool)], n) for n in range(args.episodes)]
+                for record in records:
+                    record["id"] = f"{name}-{record['id']}"
+                done = measure(fake, pipeline, records)
+                delivered = len(fake.episodes(done["run"].id))
+                received = receipts(fake, done["run"].id)
+                latencies = [received[k] - at for k, at in done["sent"].items() if k in received]
+                print(
+                    f"{name}: {len(records)} episodes sent, {delivered} delivered, "
+                    f"run {done['run'].status}",
+                    file=sys.stderr,
+                )
+                figures[name] = {
+                    "episodes_per_s": delivered / done["elapsed"],
+                    "serve_cpu_ms_per_episode": 1000 * done["serve_cpu"] / max(delivered, 1),
+                    "latency_p50_ms": 1000 * percentile(latencies, 0.5),
+                    "latency_p99_ms": 1000 * percentile(latencies, 0.99),
+                    "delivered": float(delivered),
+                }
+        finally:
+            pipeline.stop()
+
+    print(f"\n{'figure':<28} {'live':>12} {'replay':>12}")
+    for figure in figures["live"]:
+        print(f"{figure:<28} {figures['live'][figure]:>12.2f} {figures['replay'][figure]:>12.2f}")
     print()
-    print(f"collector.episodes_per_s {rate:.1f} episodes/s")
-    print(f"collector.serve_cpu_per_episode {1000 * serve_cpu / max(delivered, 1):.3f} ms")
-    print(f"collector.latency_p50 {1000 * percentile(latencies, 0.5):.1f} ms")
-    print(f"collector.latency_p99 {1000 * percentile(latencies, 0.99):.1f} ms")
-    print(f"collector.delivered {delivered} episodes")
+    units = {"episodes_per_s": "episodes/s", "delivered": "episodes"}
+    for name, values in figures.items():
+        for figure, value in values.items():
+            unit = units.get(figure, "ms")
+            print(f"collector.{name}.{figure} {value:.3f} {unit}")
 
 
 if __name__ == "__main__":

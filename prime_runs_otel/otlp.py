@@ -121,6 +121,8 @@ def any_value(value: AnyValue) -> Any:
     """One ``AnyValue`` as a Python value: arrays become tuples (the SDK's
     form for sequence attributes), key-value lists become dicts."""
     kind = value.WhichOneof("value")
+    if kind == "string_value":  # most attributes: first, and without getattr
+        return value.string_value
     if kind is None:
         return None
     if kind == "array_value":
