@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from in_process import fresh_copy, machine
+from in_process import fresh_copy, machine, percentile
 
 CHILD_FLAG = "--child"
 
@@ -76,11 +76,26 @@ def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
             if span.attributes and "prime.episode.id" in span.attributes:
                 self.ended += 1
 
+    export_ms: list[float] = []
+    original_export = prime_runs_otel.PrimeRunsSpanExporter.export
+
+    def timed_export(self: Any, spans: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original_export(self, spans)
+        finally:
+            export_ms.append(1000 * (time.perf_counter() - started))
+
+    prime_runs_otel.PrimeRunsSpanExporter.export = timed_export  # type: ignore[method-assign]
     pool = list(synthetic_episodes(2000, seed=1))
+    # child_spans=False: what start_run does by itself; the counting processor
+    # added below would otherwise count as somebody listening for them.
     run: Any = (
         PlainRun(f"load-{rate}")
         if plain
-        else prime_runs_otel.start_run(name=f"load-{rate}", environments=["bench-env"])
+        else prime_runs_otel.start_run(
+            name=f"load-{rate}", environments=["bench-env"], child_spans=False
+        )
     )
     counter = CountEpisodes()
     provider = run._provider
@@ -128,6 +143,9 @@ def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
         "queue_max": max(depths) if depths else 0,
         "queue_mean": sum(depths) / len(depths) if depths else 0.0,
         "queue_capacity": processor._batch_processor._max_queue_size,
+        "batch_size": processor._batch_processor._max_export_batch_size,
+        "export_p50_ms": percentile(export_ms, 0.5),
+        "export_p99_ms": percentile(export_ms, 0.99),
     }
 
 
@@ -173,13 +191,15 @@ def main() -> None:
 
     print(
         f"\n{'settings':<13} {'offered/s':>9} {'achieved/s':>10} {'recorded':>9} "
-        f"{'dropped':>8} {'delivered':>9} {'queue max':>9} {'queue mean':>10} {'capacity':>8}"
+        f"{'dropped':>8} {'delivered':>9} {'queue max':>9} {'queue mean':>10} {'capacity':>8} "
+        f"{'batch':>5} {'export p50':>10} {'export p99':>10}"
     )
     for row in rows:
         print(
             f"{row['settings']:<13} {row['offered']:>9} {row['achieved']:>10.0f} "
             f"{row['recorded']:>9} {row['dropped']:>8} {row['delivered']:>9} "
-            f"{row['queue_max']:>9} {row['queue_mean']:>10.0f} {row['queue_capacity']:>8}"
+            f"{row['queue_max']:>9} {row['queue_mean']:>10.0f} {row['queue_capacity']:>8} "
+            f"{row['batch_size']:>5} {row['export_p50_ms']:>10.1f} {row['export_p99_ms']:>10.1f}"
         )
     print()
     for row in rows:
@@ -188,6 +208,8 @@ def main() -> None:
         print(f"{prefix}.dropped {row['dropped']} episodes")
         print(f"{prefix}.delivered {row['delivered']} episodes")
         print(f"{prefix}.queue_max {row['queue_max']} spans")
+        print(f"{prefix}.export_p50 {row['export_p50_ms']:.1f} ms")
+        print(f"{prefix}.export_p99 {row['export_p99_ms']:.1f} ms")
 
 
 if __name__ == "__main__":
