@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from .config import Settings, resolve_settings
@@ -71,7 +71,7 @@ class RunTracerProvider(TracerProvider):
         super().__init__(**kwargs)
         self.processors_added = 0
 
-    def add_span_processor(self, span_processor: Any) -> None:
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
         super().add_span_processor(span_processor)
         self.processors_added += 1
 

@@ -1054,16 +1054,7 @@ class Spool:
                 "AND state = 'uploading'",
                 (upload_id,),
             ).fetchone()[0]
-            _drop_records(db, "upload_id = ? AND state = 'uploading'", (upload_id,))
-            db.execute(
-                "UPDATE episodes SET state = 'delivered' "
-                "WHERE upload_id = ? AND state = 'uploading'",
-                (upload_id,),
-            )
-            db.execute(
-                "UPDATE uploads SET state = 'committed', body = NULL WHERE upload_id = ?",
-                (upload_id,),
-            )
+            _commit_upload(db, upload_id)
             db.execute(
                 "UPDATE runs SET traces_written = traces_written + ? WHERE local_id = ?",
                 (written, run_id),
@@ -1210,16 +1201,7 @@ class Spool:
     def commit_step_upload(self, upload_id: str) -> None:
         """The object is confirmed: its episodes are delivered."""
         with self._transaction() as db:
-            _drop_records(db, "upload_id = ? AND state = 'uploading'", (upload_id,))
-            db.execute(
-                "UPDATE episodes SET state = 'delivered' "
-                "WHERE upload_id = ? AND state = 'uploading'",
-                (upload_id,),
-            )
-            db.execute(
-                "UPDATE uploads SET state = 'committed', body = NULL WHERE upload_id = ?",
-                (upload_id,),
-            )
+            _commit_upload(db, upload_id)
 
     def skip_episodes(self, seqs: Sequence[int]) -> None:
         """Episodes the sample table does not take (off the step cadence, or
@@ -1305,6 +1287,19 @@ class Spool:
     def release_lease(self, owner: str) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM lease WHERE name = 'uploader' AND owner = ?", (owner,))
+
+
+def _commit_upload(db: sqlite3.Connection, upload_id: str) -> None:
+    """An upload the platform confirmed: its episodes are delivered, and
+    neither their bodies nor the upload's are kept."""
+    _drop_records(db, "upload_id = ? AND state = 'uploading'", (upload_id,))
+    db.execute(
+        "UPDATE episodes SET state = 'delivered' WHERE upload_id = ? AND state = 'uploading'",
+        (upload_id,),
+    )
+    db.execute(
+        "UPDATE uploads SET state = 'committed', body = NULL WHERE upload_id = ?", (upload_id,)
+    )
 
 
 def _drop_records(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> None:
