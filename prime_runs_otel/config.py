@@ -161,6 +161,12 @@ def _traces_opt_out(prime: _PrimeConfig) -> bool:
     return bool(value)
 
 
+def env_flag(name: str) -> bool | None:
+    """A true/false environment variable; ``None`` when it is unset or empty."""
+    raw = os.environ.get(name)
+    return _parse_bool(name, raw) if raw is not None and raw.strip() else None
+
+
 def _parse_bool(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in _TRUE:

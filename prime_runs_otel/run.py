@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from .config import Settings, resolve_settings
+from .config import Settings, env_flag, resolve_settings
 from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
 from .instrument import (
@@ -78,16 +78,7 @@ class RunTracerProvider(TracerProvider):
 
 def _child_spans_setting(argument: bool | None) -> bool | None:
     """``start_run``'s argument, else ``PRIME_RUNS_OTEL_CHILD_SPANS``, else None (follow)."""
-    if argument is not None:
-        return argument
-    raw = os.environ.get(CHILD_SPANS_ENV, "").strip().lower()
-    if not raw:
-        return None
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{CHILD_SPANS_ENV} must be true or false, not {raw!r}")
+    return argument if argument is not None else env_flag(CHILD_SPANS_ENV)
 
 
 class QueueGauge:

@@ -26,6 +26,7 @@ What lives here:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -410,7 +411,12 @@ def _holder_alive(owner: str) -> bool:
 def this_producer() -> tuple[str, int, str]:
     """(host, pid, process start time): the start time tells a live process
     from a new one that reused a dead producer's pid."""
-    pid = os.getpid()
+    return _producer(os.getpid())
+
+
+@functools.cache
+def _producer(pid: int) -> tuple[str, int, str]:
+    # Per pid, so a forked child gets its own; read once, not on every export.
     return socket.gethostname(), pid, process_start_token(pid)
 
 
@@ -550,39 +556,34 @@ class Spool:
                 db = self._writer_connection()
                 db.executescript(_SCHEMA)
                 self._add_missing_columns(db)
+            with self._transaction() as db:
                 self._migrate(db)
         except sqlite3.Error as exc:
             raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
 
     @staticmethod
     def _migrate(db: sqlite3.Connection) -> None:
-        """Bring a spool written by an earlier release to this schema, once,
-        in one transaction; refuse one written by a later release."""
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else SCHEMA_VERSION
-            if version > SCHEMA_VERSION:
-                raise SpoolError(
-                    f"the spool was written by a newer prime-runs-otel (schema {version}, this "
-                    f"release reads {SCHEMA_VERSION}): upgrade prime-runs-otel, or point "
-                    "PRIME_RUNS_OTEL_DIR at another folder"
-                )
-            if version < 2:
-                db.execute(
-                    "INSERT OR IGNORE INTO records (seq, body) "
-                    "SELECT seq, record FROM episodes WHERE record IS NOT NULL"
-                )
-                db.execute("UPDATE episodes SET record = NULL WHERE record IS NOT NULL")
-            db.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT DO UPDATE SET value = excluded.value",
-                (str(SCHEMA_VERSION),),
+        """Bring a spool written by an earlier release to this schema (inside
+        one transaction); refuse one written by a later release."""
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else SCHEMA_VERSION
+        if version > SCHEMA_VERSION:
+            raise SpoolError(
+                f"the spool was written by a newer prime-runs-otel (schema {version}, this "
+                f"release reads {SCHEMA_VERSION}): upgrade prime-runs-otel, or point "
+                "PRIME_RUNS_OTEL_DIR at another folder"
             )
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        if version < 2:
+            db.execute(
+                "INSERT OR IGNORE INTO records (seq, body) "
+                "SELECT seq, record FROM episodes WHERE record IS NOT NULL"
+            )
+            db.execute("UPDATE episodes SET record = NULL WHERE record IS NOT NULL")
+        db.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
 
     @staticmethod
     def _add_missing_columns(db: sqlite3.Connection) -> None:
