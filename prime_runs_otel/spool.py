@@ -507,7 +507,7 @@ class Spool:
                 check_same_thread=check_same_thread,
             )
             _open_connections.add(db)
-            db.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(db)
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=60000")
             # Some builds (Debian's) default to secure_delete=ON, which zeroes
@@ -1288,6 +1288,23 @@ class Spool:
     def release_lease(self, owner: str) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM lease WHERE name = 'uploader' AND owner = ?", (owner,))
+
+
+def _enable_wal(db: sqlite3.Connection, timeout: float = 60.0) -> None:
+    """Put the spool in WAL mode, waiting out another process doing the same.
+
+    Switching a new database to WAL takes an exclusive lock, and SQLite
+    answers "database is locked" at once (its busy handler is not asked)
+    to a second process that opens the file meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _commit_upload(db: sqlite3.Connection, upload_id: str) -> None:
