@@ -79,7 +79,7 @@ class Pipeline:
             [
                 sys.executable,
                 "-m",
-                "prime_runs_otel.serve",
+                "prime_runs_otel.cli.serve",
                 "--http-port",
                 str(self.http_port),
                 "--no-grpc",
@@ -222,7 +222,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8000)
     args = parser.parse_args()
 
-    from prime_runs_otel.synthetic import synthetic_episodes
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
     from prime_runs_otel.testing import FakePlatform
 
     print(machine())

@@ -36,8 +36,8 @@ CHILD_FLAG = "--child"
 
 def child_otel(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     import prime_runs_otel
+    from prime_runs_otel.deliver.uploader import Uploader
     from prime_runs_otel.exporter import PrimeRunsSpanExporter
-    from prime_runs_otel.uploader import Uploader
 
     export_times: list[float] = []
     stage_cpu = {"export": 0.0, "deliver": 0.0}
@@ -129,7 +129,7 @@ def child_sdk(episodes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def child_main(side: str, count: int, size: int, seed: int) -> None:
-    from prime_runs_otel.synthetic import synthetic_episodes
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     episodes = list(synthetic_episodes(count, seed=seed, target_bytes=size))
     measure = child_otel if side == "otel" else child_sdk

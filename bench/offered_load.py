@@ -64,7 +64,7 @@ def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
     import prime_runs_otel
-    from prime_runs_otel.synthetic import synthetic_episodes
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     class CountEpisodes(SpanProcessor):
         """Counts episode spans as they end, before any queue can drop them."""

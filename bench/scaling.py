@@ -40,7 +40,7 @@ def main() -> None:
         os.environ["PRIME_RUNS_MODE"] = "local"
         os.environ["PRIME_RUNS_OTEL_SPOOL_MAX_BYTES"] = str(64 * 2**30)
         import prime_runs_otel
-        from prime_runs_otel.synthetic import synthetic_episodes
+        from prime_runs_otel.produce.synthetic import synthetic_episodes
 
         print(machine())
         pool = list(synthetic_episodes(1000, seed=2, target_bytes=args.size))

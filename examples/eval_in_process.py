@@ -7,7 +7,7 @@ PRIME_API_KEY set it goes to the platform. `prime-runs-otel runs` lists it.
 from __future__ import annotations
 
 import prime_runs_otel
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episodes
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from prime_runs_otel import (
     record_episode,
     run_resource,
 )
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episodes
 
 
 def main() -> None:

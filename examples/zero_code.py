@@ -17,7 +17,7 @@ from __future__ import annotations
 from opentelemetry import trace
 
 import prime_runs_otel
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episodes
 
 
 def main() -> None:

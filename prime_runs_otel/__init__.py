@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 from .config import Settings, resolve_settings
 from .errors import ConfigError, PrimeRunsOtelError, RecordError
 from .exporter import PrimeRunsSpanExporter
-from .instrument import (
+from .produce.instrument import (
     emit_metrics,
     emit_run_end,
     emit_run_start,

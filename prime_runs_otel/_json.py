@@ -92,3 +92,30 @@ def _summary_numbers_finite(record: Mapping[str, Any]) -> bool:
 
 def _finite_or_absent(value: Any) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
+
+
+def clean_metric_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without NaN or infinity anywhere inside, and without nested
+    mappings that end up empty: the platform's strict JSON refuses the first
+    with an opaque 400, and shows the second as nothing."""
+    cleaned = _finite_or_drop(dict(values))
+    return cleaned if isinstance(cleaned, dict) else {}
+
+
+_DROP: Any = object()
+
+
+def _finite_or_drop(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return _DROP
+    if isinstance(value, Mapping):
+        kept: dict[str, Any] = {}
+        for key, item in value.items():
+            cleaned = _finite_or_drop(item)
+            if cleaned is _DROP or (isinstance(item, Mapping) and not cleaned):
+                continue
+            kept[str(key)] = cleaned
+        return kept
+    if isinstance(value, (list, tuple)):
+        return [kept for kept in (_finite_or_drop(item) for item in value) if kept is not _DROP]
+    return value

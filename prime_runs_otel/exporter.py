@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .config import Settings, resolve_settings
-from .ingest import Grouped, group_by_run
-from .spans import from_readable_span
-from .spool import RunRow, Spool, process_alive
-from .synthesis import SpanTreeBuffer
-from .uploader import Uploader
+from .deliver.spool import RunRow, Spool, process_alive
+from .deliver.uploader import Uploader
+from .read.ingest import Grouped, group_by_run
+from .read.spans import from_readable_span
+from .read.synthesis import SpanTreeBuffer
 
 logger = logging.getLogger(__name__)
 

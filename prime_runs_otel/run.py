@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from .config import Settings, env_flag, resolve_settings
 from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
-from .instrument import (
+from .produce.instrument import (
     emit_metrics,
     emit_run_end,
     emit_run_start,
@@ -32,7 +32,7 @@ from .instrument import (
     record_episode,
     run_resource,
 )
-from .projection import parquet_available
+from .read.projection import parquet_available
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import prime_runs_otel as pro
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 
 

@@ -30,7 +30,7 @@ from test_receiver import (
 )
 
 from prime_runs_otel import emit_run_end, emit_run_start, record_episode, run_resource
-from prime_runs_otel.synthetic import synthetic_episode, synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episode, synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 
 RECIPE = Path(__file__).resolve().parent.parent / "collector-config" / "rotel.env"

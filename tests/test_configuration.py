@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import prime_runs_otel as pro
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.errors import ConfigError
-from prime_runs_otel.synthetic import synthetic_episode
+from prime_runs_otel.produce.synthetic import synthetic_episode
 
 
 def _write_config(home: Path, **values: object) -> None:

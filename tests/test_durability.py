@@ -30,7 +30,7 @@ import pytest
 
 import prime_runs_otel as pro
 from prime_runs_otel.config import resolve_settings
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 from prime_runs_otel.testing.fake_platform import RecordedRequest
 
@@ -44,7 +44,7 @@ PRODUCER = textwrap.dedent(
     """
     import argparse, json, sys, time
     import prime_runs_otel as pro
-    from prime_runs_otel.synthetic import synthetic_episodes
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=20)
@@ -73,7 +73,7 @@ CO_PRODUCER = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     import prime_runs_otel as pro
-    from prime_runs_otel.synthetic import synthetic_episodes
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     resource = pro.run_resource(run_id=sys.argv[1], name="shared", environments=["env-a"])
     provider = TracerProvider(resource=resource)
@@ -92,7 +92,7 @@ FORKING_PRODUCER = textwrap.dedent(
     """
     import json, multiprocessing, os, traceback
     import prime_runs_otel as pro
-    from prime_runs_otel.synthetic import synthetic_episodes
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     run = pro.start_run(name="forked", environments=["env-a"], finish_timeout=90)
 
@@ -583,7 +583,7 @@ def test_retry_after_is_honoured_beyond_the_backoff_cap(online: FakePlatform) ->
 def test_outage_longer_than_any_retry_budget_loses_nothing(
     online: FakePlatform, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="prime_runs_otel.uploader")
+    caplog.set_level(logging.DEBUG, logger="prime_runs_otel.deliver.uploader")
     records = list(synthetic_episodes(60, seed=12))
     run = pro.start_run(name="outage", environments=["env-a"])
     for record in records[:20]:
@@ -649,7 +649,7 @@ def test_spool_cap_refuses_and_counts_past_it(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("PRIME_RUNS_OTEL_SPOOL_MAX_BYTES", str(400_000))
-    caplog.set_level(logging.WARNING, logger="prime_runs_otel.spool")
+    caplog.set_level(logging.WARNING, logger="prime_runs_otel.deliver.spool")
     records = list(synthetic_episodes(150, seed=15))
     result = _run_eval(records)
 

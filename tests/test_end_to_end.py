@@ -18,9 +18,9 @@ from prime_runs.projection import build_samples
 from prime_runs.run import _clean_metrics  # the reference cleaning applied at finish
 
 import prime_runs_otel as pro
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.deliver.uploader import MARKER_KEY
+from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
-from prime_runs_otel.uploader import MARKER_KEY
 
 
 def _run_eval(records: list[dict[str, Any]], **kwargs: Any) -> pro.RunResult:
@@ -131,7 +131,7 @@ def test_process_exit_without_finish_reports_crashed(
     script = textwrap.dedent(
         """
         import prime_runs_otel as pro
-        from prime_runs_otel.synthetic import synthetic_episodes
+        from prime_runs_otel.produce.synthetic import synthetic_episodes
         run = pro.start_run(name="crashy", environments=["env-a"], finish_timeout=30)
         for record in synthetic_episodes(10):
             run.record_episode(record)

@@ -26,7 +26,7 @@ from opentelemetry.trace import StatusCode, Tracer
 from prime_runs_otel import semconv as sc
 from prime_runs_otel._json import dumps_record
 from prime_runs_otel.errors import ConfigError, RecordError
-from prime_runs_otel.instrument import (
+from prime_runs_otel.produce.instrument import (
     MAX_CONFIG_SOURCE_BYTES,
     emit_run_end,
     emit_run_start,
@@ -34,9 +34,9 @@ from prime_runs_otel.instrument import (
     record_episode,
     run_resource,
 )
-from prime_runs_otel.records import EpisodeArrival, RunEnd, RunStart, read_span
-from prime_runs_otel.spans import from_readable_span
-from prime_runs_otel.synthetic import synthetic_episode
+from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.records import EpisodeArrival, RunEnd, RunStart, read_span
+from prime_runs_otel.read.spans import from_readable_span
 
 T0 = 1_767_225_600.0
 

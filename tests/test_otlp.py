@@ -25,9 +25,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from prime_runs_otel import emit_run_end, emit_run_start, record_episode, run_resource
+from prime_runs_otel.collector.receiver import OtlpHttpApp, Receiver, ReceiverConfig
 from prime_runs_otel.config import resolve_settings
-from prime_runs_otel.ingest import group_by_run
-from prime_runs_otel.otlp import (
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.ingest import group_by_run
+from prime_runs_otel.read.otlp import (
     OtlpDecodeError,
     any_value,
     decode_json,
@@ -35,10 +37,8 @@ from prime_runs_otel.otlp import (
     span_count,
     span_views,
 )
-from prime_runs_otel.receiver import OtlpHttpApp, Receiver, ReceiverConfig
-from prime_runs_otel.records import EpisodeArrival, RunEnd, RunStart
-from prime_runs_otel.spans import SpanView, from_readable_span
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.read.records import EpisodeArrival, RunEnd, RunStart
+from prime_runs_otel.read.spans import SpanView, from_readable_span
 
 
 def sdk_spans(records: Sequence[dict[str, Any]], run_id: str = "run-1") -> list[ReadableSpan]:

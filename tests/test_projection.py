@@ -18,7 +18,8 @@ from prime_runs.run import _clean_metrics
 from prime_runs.sinks.base import stamp_run as oracle_stamp_run
 from prime_traces.traces import _encode_record
 
-from prime_runs_otel.projection import (
+from prime_runs_otel.produce.synthetic import synthetic_episode, synthetic_episodes
+from prime_runs_otel.read.projection import (
     MAX_SAMPLES_PAYLOAD_BYTES,
     SampleTooLargeError,
     SummaryAccumulator,
@@ -32,7 +33,6 @@ from prime_runs_otel.projection import (
     summary_trace_index,
     traces_line,
 )
-from prime_runs_otel.synthetic import synthetic_episode, synthetic_episodes
 
 Record = dict[str, Any]
 MiB = 1024 * 1024

@@ -42,9 +42,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from prime_runs_otel import emit_run_end, emit_run_start, record_episode, run_resource
-from prime_runs_otel.serve import replay_over_otlp
-from prime_runs_otel.spool import Spool
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.cli.serve import replay_over_otlp
+from prime_runs_otel.deliver.spool import Spool
+from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 
 PROTOBUF = "application/x-protobuf"
@@ -80,7 +80,7 @@ def serve_env(root: Path, platform: FakePlatform | None, **extra: str) -> dict[s
 
 
 class ServeProcess:
-    """``python -m prime_runs_otel.serve`` on fixed loopback ports, so a
+    """``python -m prime_runs_otel.cli.serve`` on fixed loopback ports, so a
     restarted instance comes back where clients (and collectors) expect it."""
 
     def __init__(self, root: Path, env: dict[str, str], *args: str) -> None:
@@ -104,7 +104,7 @@ class ServeProcess:
         command = [
             sys.executable,
             "-m",
-            "prime_runs_otel.serve",
+            "prime_runs_otel.cli.serve",
             "--http-port",
             str(self.http_port),
             "--grpc-port",
@@ -500,7 +500,7 @@ def test_token_is_required_when_configured(
 
 def test_binding_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
     finished = subprocess.run(
-        [sys.executable, "-m", "prime_runs_otel.serve", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "prime_runs_otel.cli.serve", "--host", "0.0.0.0"],
         env=serve_env(tmp_path, None),
         capture_output=True,
         text=True,

@@ -23,8 +23,14 @@ from opentelemetry.trace import Status, StatusCode
 
 from prime_runs_otel import semconv as sc
 from prime_runs_otel.errors import RecordError
-from prime_runs_otel.instrument import emit_run_end, emit_run_start, record_episode, run_resource
-from prime_runs_otel.records import (
+from prime_runs_otel.produce.instrument import (
+    emit_run_end,
+    emit_run_start,
+    record_episode,
+    run_resource,
+)
+from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.records import (
     CorruptEpisode,
     EpisodeArrival,
     RunEnd,
@@ -34,8 +40,7 @@ from prime_runs_otel.records import (
     read_span,
     run_identity,
 )
-from prime_runs_otel.spans import SpanView, from_readable_span
-from prime_runs_otel.synthetic import synthetic_episode
+from prime_runs_otel.read.spans import SpanView, from_readable_span
 
 RECORD_SIZE = sc.blob_size_key(sc.EPISODE_RECORD)
 RECORD_SHA256 = sc.blob_sha256_key(sc.EPISODE_RECORD)
@@ -305,7 +310,7 @@ def test_a_damaged_run_config_is_reported_not_dropped(
         relay.provider.shutdown()
 
     assert read_span(original) == RunStart({"notes": "x" * 500})
-    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.records"):
+    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.records"):
         outcome = read_span(relayed)
     assert isinstance(outcome, RunStart)
     assert outcome.config == {}
@@ -375,7 +380,7 @@ def test_run_identity_defaults_and_refusals(caplog: pytest.LogCaptureFixture) ->
     assert run_identity(Resource.create({}).attributes) is None
     assert run_identity({sc.RUN_ID: ""}) is None
     assert run_identity({sc.RUN_ID: "r"}) == RunIdentity(local_id="r")
-    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.records"):
+    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.records"):
         assert run_identity({sc.RUN_ID: "r", sc.RUN_KIND: "sft"}) == RunIdentity("r", "eval")
     assert "unknown prime.run.kind='sft'" in caplog.text
     with pytest.raises(RecordError, match="local_id"):

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from prime_runs_otel.errors import ConfigError
-from prime_runs_otel.platform.http import PlatformError
-from prime_runs_otel.platform.rft import (
+from prime_runs_otel.deliver.platform.http import PlatformError
+from prime_runs_otel.deliver.platform.rft import (
     RftAPI,
     TrainingFields,
     external_run_payload,
     split_api_root,
     status_body,
 )
+from prime_runs_otel.errors import ConfigError
 from prime_runs_otel.testing import FakePlatform
 
 

@@ -14,17 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from prime_runs_otel.records import EpisodeArrival, RunEnd, RunIdentity
-from prime_runs_otel.spool import (
+from prime_runs_otel.deliver.spool import (
     SCHEMA_VERSION,
-    RunBatch,
     Spool,
     SpoolError,
     lease_owner,
     process_alive,
     process_start_token,
 )
-from prime_runs_otel.synthetic import synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.records import EpisodeArrival, RunBatch, RunEnd, RunIdentity
 
 BIG = 10**12
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from prime_runs_otel.synthetic import synthetic_episode, synthetic_episodes
+from prime_runs_otel.produce.synthetic import synthetic_episode, synthetic_episodes
 
 Record = dict[str, Any]
 

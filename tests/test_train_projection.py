@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from prime_runs.projection import episodes_to_parquet_bytes
 
-from prime_runs_otel.projection import (
+from prime_runs_otel.produce.synthetic import synthetic_episode, synthetic_episodes
+from prime_runs_otel.read.projection import (
     ParquetUnavailableError,
     parquet_available,
     stamp_run,
@@ -22,7 +23,6 @@ from prime_runs_otel.projection import (
     step_table_rows,
     traces_line,
 )
-from prime_runs_otel.synthetic import synthetic_episode, synthetic_episodes
 
 
 def _table(data: bytes | None) -> list[dict[str, Any]]:

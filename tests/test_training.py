@@ -33,7 +33,7 @@ RECORDS_WORKER = textwrap.dedent(
     """
     import sys
     import prime_runs_otel as pro
-    from prime_runs_otel.synthetic import synthetic_episode
+    from prime_runs_otel.produce.synthetic import synthetic_episode
 
     run_key, steps = sys.argv[1], [int(step) for step in sys.argv[2].split(",")]
     run = pro.start_run(kind="train", run_id=run_key, name="rl", model="base/policy",
@@ -56,7 +56,7 @@ TRACED_WORKER = textwrap.dedent(
     import openai
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     import prime_runs_otel as pro
-    from prime_runs_otel.instrument import episode_span, score_episode
+    from prime_runs_otel.produce.instrument import episode_span, score_episode
     from prime_runs_otel.testing.fake_openai import FakeOpenAI
 
     run_key, steps = sys.argv[1], [int(step) for step in sys.argv[2].split(",")]
@@ -249,7 +249,7 @@ def test_opting_out_without_pyarrow_is_refused_at_start(
 
 
 def test_an_attached_hosted_run_streams_into_it(rl: FakePlatform, tmp_path: Path) -> None:
-    from prime_runs_otel.platform.rft import RftAPI, TrainingFields, external_run_payload
+    from prime_runs_otel.deliver.platform.rft import RftAPI, TrainingFields, external_run_payload
 
     launcher = RftAPI(api_key=rl.api_key, base_url=rl.url, frontend_url=rl.url)
     created = launcher.create(

@@ -18,14 +18,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from prime_runs_otel import semconv as sc
 from prime_runs_otel.errors import ConfigError
-from prime_runs_otel.instrument import (
+from prime_runs_otel.produce.instrument import (
     emit_metrics,
     episode_span,
     record_episode,
     run_resource,
     score_episode,
 )
-from prime_runs_otel.records import (
+from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.records import (
     CorruptEpisode,
     CorruptMetrics,
     EpisodeArrival,
@@ -37,8 +38,7 @@ from prime_runs_otel.records import (
     record_step,
     run_identity,
 )
-from prime_runs_otel.spans import SpanView, from_readable_span
-from prime_runs_otel.synthetic import synthetic_episode
+from prime_runs_otel.read.spans import SpanView, from_readable_span
 
 
 class Pipeline:

@@ -59,7 +59,7 @@ def test_zero_code_unhandled_exception_fails_the_run(online: FakePlatform, tmp_p
     script.write_text(
         "from opentelemetry import trace\n"
         "import prime_runs_otel\n"
-        "from prime_runs_otel.synthetic import synthetic_episodes\n"
+        "from prime_runs_otel.produce.synthetic import synthetic_episodes\n"
         "tracer = trace.get_tracer('broken')\n"
         "for episode in synthetic_episodes(3):\n"
         "    prime_runs_otel.record_episode(tracer, episode)\n"

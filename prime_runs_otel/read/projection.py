@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ._json import dumps_strict
-from .errors import ConfigError
+from .._json import dumps_strict
+from ..errors import ConfigError
 
 __all__ = [
     "MAX_SAMPLES_PAYLOAD_BYTES",

@@ -38,20 +38,17 @@ import uuid
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import PrimeRunsOtelError
-from .projection import SummaryAccumulator
-from .records import (
-    CorruptEpisode,
-    CorruptMetrics,
+from ..errors import PrimeRunsOtelError
+from ..read.projection import SummaryAccumulator
+from ..read.records import (
     EpisodeArrival,
-    RunEnd,
+    RunBatch,
     RunIdentity,
     RunMetrics,
-    RunStart,
 )
 
 logger = logging.getLogger(__name__)
@@ -282,19 +279,6 @@ os.register_at_fork(
 
 class SpoolError(PrimeRunsOtelError):
     """The spool cannot be opened or written (permissions, disk, corruption)."""
-
-
-@dataclass
-class RunBatch:
-    """What one export call brings for one run, in arrival order."""
-
-    identity: RunIdentity
-    start: RunStart | None = None
-    episodes: list[EpisodeArrival] = field(default_factory=list)
-    end: RunEnd | None = None
-    corrupt: list[CorruptEpisode] = field(default_factory=list)
-    metrics: list[RunMetrics] = field(default_factory=list)
-    corrupt_metrics: list[CorruptMetrics] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

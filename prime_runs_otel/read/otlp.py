@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from .errors import PrimeRunsOtelError
+from ..errors import PrimeRunsOtelError
 from .spans import SpanEventView, SpanView
 
 __all__ = [

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from .config import Settings, resolve_settings
-from .errors import ConfigError
-from .spool import Spool, SpoolError
+from ..config import Settings, resolve_settings
+from ..deliver.spool import Spool, SpoolError
+from ..errors import ConfigError
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 

@@ -25,11 +25,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from . import semconv
-from .config import resolve_settings
-from .errors import PrimeRunsOtelError
-from .instrument import emit_run_end, emit_run_start, normalize_config, record_episode, run_resource
-from .receiver import (
+from .. import semconv
+from ..collector.receiver import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HELD_SPANS,
@@ -42,7 +39,16 @@ from .receiver import (
     ReceiverConfig,
     run_receiver,
 )
-from .traces_jsonl import environments_of, read_records, traces_file
+from ..config import resolve_settings
+from ..errors import PrimeRunsOtelError
+from ..produce.instrument import (
+    emit_run_end,
+    emit_run_start,
+    normalize_config,
+    record_episode,
+    run_resource,
+)
+from ..produce.traces_jsonl import environments_of, read_records, traces_file
 
 __all__ = [
     "add_otlp_replay_option",

@@ -29,9 +29,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
-from . import semconv as sc
-from ._json import dumps_record
-from .errors import ConfigError, RecordError
+from .. import semconv as sc
+from .._json import clean_metric_values, dumps_record
+from ..errors import ConfigError, RecordError
 
 __all__ = [
     "MAX_CONFIG_SOURCE_BYTES",
@@ -276,33 +276,6 @@ def emit_run_end(
 # ---------------------------------------------------------------------------
 # Step metrics
 # ---------------------------------------------------------------------------
-
-
-def clean_metric_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` without NaN or infinity anywhere inside, and without nested
-    mappings that end up empty: the platform's strict JSON refuses the first
-    with an opaque 400, and shows the second as nothing."""
-    cleaned = _finite_or_drop(dict(values))
-    return cleaned if isinstance(cleaned, dict) else {}
-
-
-_DROP: Any = object()
-
-
-def _finite_or_drop(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return _DROP
-    if isinstance(value, Mapping):
-        kept: dict[str, Any] = {}
-        for key, item in value.items():
-            cleaned = _finite_or_drop(item)
-            if cleaned is _DROP or (isinstance(item, Mapping) and not cleaned):
-                continue
-            kept[str(key)] = cleaned
-        return kept
-    if isinstance(value, (list, tuple)):
-        return [kept for kept in (_finite_or_drop(item) for item in value) if kept is not _DROP]
-    return value
 
 
 def emit_metrics(

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import semconv as sc
+from .. import semconv as sc
 from .records import RunIdentity, UnrecordedEpisode, derived_episode_id
 from .spans import SpanView
 

@@ -20,7 +20,7 @@ import httpx
 from prime_traces.core.client import AMBIGUOUS_TRANSPORT_ERRORS, raise_for_response
 from prime_traces.exceptions import APIError, ForbiddenError, RetryableAPIError
 
-from .. import __version__
+from ... import __version__
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 #: Sample batches and trace uploads are tens of megabytes.

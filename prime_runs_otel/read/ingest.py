@@ -18,12 +18,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
-from . import semconv
+from .. import semconv
 from .projection import digest_episode
 from .records import (
     CorruptEpisode,
     CorruptMetrics,
     EpisodeArrival,
+    RunBatch,
     RunEnd,
     RunIdentity,
     RunMetrics,
@@ -34,7 +35,6 @@ from .records import (
     run_identity,
 )
 from .spans import SpanView
-from .spool import RunBatch
 from .synthesis import BufferStats, SpanTree, SpanTreeBuffer, synthesize_record
 
 __all__ = ["Grouped", "group_by_run"]

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .http import (
     DEFAULT_TIMEOUT,
     UPLOAD_TIMEOUT,

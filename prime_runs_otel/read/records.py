@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import semconv as sc
-from ._json import loads as fast_loads
-from .errors import RecordError
+from .. import semconv as sc
+from .._json import loads as fast_loads
+from ..errors import RecordError
 from .projection import EpisodeDigest, digest_episode
 from .spans import SpanView
 
@@ -401,3 +401,16 @@ def _texts(value: Any) -> tuple[str, ...]:
     if isinstance(value, Sequence):
         return tuple(str(item) for item in value if item)
     return ()
+
+
+@dataclass
+class RunBatch:
+    """What one export call brings for one run, in arrival order."""
+
+    identity: RunIdentity
+    start: RunStart | None = None
+    episodes: list[EpisodeArrival] = field(default_factory=list)
+    end: RunEnd | None = None
+    corrupt: list[CorruptEpisode] = field(default_factory=list)
+    metrics: list[RunMetrics] = field(default_factory=list)
+    corrupt_metrics: list[CorruptMetrics] = field(default_factory=list)

@@ -20,12 +20,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from .errors import ConfigError
-from .instrument import clean_metric_values
+from .._json import clean_metric_values
+from ..errors import ConfigError
+from ..read.projection import STEP_TABLE_INTERVAL, ParquetUnavailableError, require_parquet
+from ..read.projection import step_table_parquet as _step_table_parquet
 from .platform.http import PlatformError
 from .platform.rft import RftAPI, TrainingFields, external_run_payload
-from .projection import STEP_TABLE_INTERVAL, ParquetUnavailableError, require_parquet
-from .projection import step_table_parquet as _step_table_parquet
 from .spool import EpisodeRow, RunRow, Spool, StepUpload
 
 __all__ = ["SAMPLE_ID_STRIDE", "TrainingLifecycle"]

@@ -27,13 +27,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._json import loads as fast_loads
-from .config import Settings
-from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
-from .platform.http import PlatformClient, PlatformError
-from .platform.rft import RftAPI
-from .platform.traces import SERVICE_NOT_ENABLED, TracesAPI, compress_lines, upload_key
-from .projection import (
+from .._json import loads as fast_loads
+from ..config import Settings
+from ..read.projection import (
     MAX_SAMPLES_PAYLOAD_BYTES,
     SampleTooLargeError,
     SummaryAccumulator,
@@ -42,6 +38,10 @@ from .projection import (
     episode_sample_rows,
     traces_line,
 )
+from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
+from .platform.http import PlatformClient, PlatformError
+from .platform.rft import RftAPI
+from .platform.traces import SERVICE_NOT_ENABLED, TracesAPI, compress_lines, upload_key
 from .spool import EpisodeRow, RunRow, Spool, lease_owner, process_alive
 from .training import TrainingLifecycle
 

@@ -17,15 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import __version__
-from .config import Settings, resolve_settings
-from .errors import PrimeRunsOtelError
-from .projection import episode_sample_rows, traces_line
-from .run import RunResult, start_run
+from .. import __version__
+from ..config import Settings, resolve_settings
+from ..deliver.spool import RunRow, Spool
+from ..deliver.uploader import Uploader, run_summary
+from ..errors import PrimeRunsOtelError
+from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
+from ..read.projection import episode_sample_rows, traces_line
+from ..run import RunResult, start_run
 from .serve import add_otlp_replay_option, add_serve_command
-from .spool import RunRow, Spool
-from .traces_jsonl import count_lines, environments_of, read_records, traces_file
-from .uploader import Uploader, run_summary
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
 
@@ -142,13 +142,13 @@ def _print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = Fals
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .synthetic import synthetic_episodes
+    from ..produce.synthetic import synthetic_episodes
 
     fake = None
     env_backup = dict(os.environ)
     try:
         if args.fake_platform:
-            from .testing import FakePlatform
+            from ..testing import FakePlatform
 
             fake = FakePlatform().start()
             os.environ.update(fake.client_env())
@@ -421,7 +421,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_fake_platform(args: argparse.Namespace) -> int:
-    from .testing.fake_platform import main as fake_main
+    from ..testing.fake_platform import main as fake_main
 
     argv = ["--host", args.host, "--port", str(args.port), "--api-key", args.api_key]
     return fake_main(argv)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import PrimeRunsOtelError
+from ..errors import PrimeRunsOtelError
 
 
 def traces_file(path: Path) -> Path:

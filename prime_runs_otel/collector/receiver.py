@@ -50,15 +50,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from . import semconv
-from .config import Settings
-from .errors import ConfigError
-from .ingest import group_by_run
-from .otlp import OtlpDecodeError, decode_json, decode_protobuf, span_views
-from .spans import SpanView
-from .spool import IngestOutcome, RunBatch, Spool, SpoolError
-from .synthesis import SpanTree, SpanTreeBuffer
-from .uploader import Uploader
+from .. import semconv
+from ..config import Settings
+from ..deliver.spool import IngestOutcome, Spool, SpoolError
+from ..deliver.uploader import Uploader
+from ..errors import ConfigError
+from ..read.ingest import group_by_run
+from ..read.otlp import OtlpDecodeError, decode_json, decode_protobuf, span_views
+from ..read.records import RunBatch
+from ..read.spans import SpanView
+from ..read.synthesis import SpanTree, SpanTreeBuffer
 
 logger = logging.getLogger(__name__)
 

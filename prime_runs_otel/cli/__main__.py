@@ -1,0 +1,7 @@
+"""``python -m prime_runs_otel.cli``: the same as ``prime-runs-otel``."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
