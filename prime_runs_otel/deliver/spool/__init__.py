@@ -1,0 +1,80 @@
+"""The spool: a SQLite file that holds every run, episode and upload until the
+platform has acknowledged it, and that doubles as the local store.
+
+One module per question:
+
+- ``core``: connections, transactions, the fork gate; ``schema``: the tables
+  and the migrations of a spool written by an earlier release.
+- ``runs``: one row per producer run key, its lifecycle and running summary.
+- ``episodes``: one row per (run, episode id) and its record body.
+- ``ingest``: ``export()``'s one-transaction write of a whole batch.
+- ``uploads``: the open uploads of a run, of any kind; ``traces``: Prime
+  Traces uploads (exactly once); ``samples``: legacy sample requests (at most
+  once); ``steps``: training step metrics and sample-table objects.
+- ``processes``: which processes feed a run, and the delivery lease.
+- ``size``: the size cap.
+
+Composition: :class:`Spool` is the core with one mixin per module above, each
+a subclass of :class:`~.core.SpoolCore`, so every module reaches the same
+connections and transactions and every caller keeps calling ``spool.x(...)``.
+Sub-objects (``spool.runs.get(...)``) would name the table at each call site,
+but would change every caller of the spool for no change in behaviour; the
+mixins keep the split inside this package. A method of one mixin never calls
+another mixin's method: what two modules share is a module-level function
+(``ensure_run``, ``insert_metrics``, ``commit_upload``, ...) that takes the
+transaction's connection.
+"""
+
+from __future__ import annotations
+
+from .core import AUTOCHECKPOINT_PAGES, SpoolError
+from .episodes import EpisodeRow, SpoolEpisodes
+from .ingest import IngestOutcome, SpoolIngest
+from .processes import (
+    SpoolProcesses,
+    lease_owner,
+    process_alive,
+    process_start_token,
+    this_producer,
+)
+from .runs import RunRow, SpoolRuns
+from .samples import SpoolSamples
+from .schema import SCHEMA_VERSION
+from .size import WARN_FRACTION
+from .steps import MetricsRow, SpoolSteps, StepUpload
+from .traces import SpoolTraces
+from .uploads import SpoolUploads, UploadRow
+
+__all__ = [
+    "AUTOCHECKPOINT_PAGES",
+    "SCHEMA_VERSION",
+    "WARN_FRACTION",
+    "EpisodeRow",
+    "IngestOutcome",
+    "MetricsRow",
+    "RunRow",
+    "Spool",
+    "SpoolError",
+    "StepUpload",
+    "UploadRow",
+    "lease_owner",
+    "process_alive",
+    "process_start_token",
+    "this_producer",
+]
+
+
+class Spool(
+    SpoolIngest,
+    SpoolRuns,
+    SpoolEpisodes,
+    SpoolUploads,
+    SpoolTraces,
+    SpoolSamples,
+    SpoolSteps,
+    SpoolProcesses,
+):
+    """Every run, episode and upload of one spool file (see the modules above).
+
+    Thread-safe (a connection per thread) and process-safe (SQLite locking).
+    """

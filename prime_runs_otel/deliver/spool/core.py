@@ -1,0 +1,284 @@
+"""The spool's core: where its connections come from, how a write becomes
+one transaction, and the fork gate that keeps SQLite safe across ``fork()``.
+
+Why SQLite: ``export()`` must commit a batch durably in one transaction and
+return, several processes (forked workers, a second producer, ``push``) may
+write the same file at once, and a process killed with ``kill -9`` must leave
+nothing half-written. WAL mode gives all three with no server.
+
+Every other module of the spool reads through :meth:`SpoolCore._query` and
+writes through :meth:`SpoolCore._transaction`, and nothing else touches a
+connection.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ...errors import PrimeRunsOtelError
+from . import schema
+
+#: WAL pages (4 KiB; 256 MiB) after which a commit checkpoints by itself.
+#: The uploader checkpoints after every upload, so this is the fallback for a
+#: spool nobody delivers from; at SQLite's 1,000 the commits of export()
+#: kept doing the copying (100-300 ms each at 1,400 episodes/s).
+AUTOCHECKPOINT_PAGES = 65536
+
+
+class _Connection(sqlite3.Connection):
+    """A plain connection that can be weakly referenced (see ``_before_fork``)."""
+
+
+#: Every connection open in this process, so a fork can hold on to them.
+_open_connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+
+
+class _ForkGate:
+    """Many threads inside SQLite at once; a fork waits until none is.
+
+    A child must never start with a SQLite mutex, file lock or transaction
+    that belonged to a thread of its parent (it would hang on the mutex, or
+    act on a lock it does not really hold). So every SQLite call happens
+    inside the gate, and ``fork()`` closes the gate and waits for it to
+    empty. Threads do not exclude each other here: each has its own
+    connection, and in WAL mode readers and the writer run side by side.
+    """
+
+    def __init__(self) -> None:
+        self._state = threading.Condition(threading.Lock())
+        self._inside: dict[int, int] = {}  # thread id -> depth (entries nest)
+        self._closed_by: int | None = None
+
+    def __enter__(self) -> None:
+        me = threading.get_ident()
+        with self._state:
+            while self._closed_by is not None and self._closed_by != me:
+                self._state.wait()
+            self._inside[me] = self._inside.get(me, 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        me = threading.get_ident()
+        with self._state:
+            depth = self._inside[me] - 1
+            if depth:
+                self._inside[me] = depth
+            else:
+                del self._inside[me]
+                self._state.notify_all()
+
+    def close_for_fork(self) -> None:
+        """Bar new entries and wait until only this thread (if it) is inside."""
+        me = threading.get_ident()
+        self._state.acquire()
+        self._closed_by = me
+        while any(thread != me for thread in self._inside):
+            self._state.wait()
+
+    def reopen(self, *, in_child: bool) -> None:
+        if in_child:  # the other threads did not survive the fork
+            me = threading.get_ident()
+            self._inside = {me: self._inside[me]} if me in self._inside else {}
+        self._closed_by = None
+        self._state.notify_all()
+        self._state.release()
+
+
+_GATE = _ForkGate()
+#: One writer at a time in this process. SQLite would serialise writers by
+#: itself, but its busy handler sleeps in steps of up to 100 ms; a lock
+#: hands over the moment the other transaction ends.
+_WRITER = threading.Lock()
+#: In a forked child: the connections inherited from the parent, referenced
+#: forever so they are never closed here. SQLite forbids using a connection
+#: across ``fork()``, and closing one counts.
+_inherited_connections: list[_Connection] = []
+#: Filled just before a fork, so the child's copy holds every connection
+#: even as the interpreter drops the other threads' state in the child.
+_held_for_fork: list[_Connection] = []
+
+
+def _before_fork() -> None:
+    _GATE.close_for_fork()
+    while True:
+        try:
+            _held_for_fork[:] = list(_open_connections)
+            return
+        except RuntimeError:  # a weak reference died while copying
+            continue
+
+
+def _after_fork_in_parent() -> None:
+    _held_for_fork.clear()
+    _GATE.reopen(in_child=False)
+
+
+def _after_fork_in_child() -> None:
+    global _WRITER
+    _inherited_connections.extend(_held_for_fork)
+    _held_for_fork.clear()
+    _WRITER = threading.Lock()  # a parent's thread may have held it: not ours
+    _GATE.reopen(in_child=True)
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
+
+
+class SpoolError(PrimeRunsOtelError):
+    """The spool cannot be opened or written (permissions, disk, corruption)."""
+
+
+class SpoolCore:
+    """Connections, transactions and the schema of one spool file.
+
+    Thread-safe (a connection per thread) and process-safe (SQLite locking).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._local = threading.local()
+        self._warned_full = False  # see size.py
+        try:
+            # Private when created here: records hold prompts and completions.
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolError(
+                f"cannot create the spool folder {str(self.path.parent)!r}: {exc}. "
+                "Set PRIME_RUNS_OTEL_DIR to a writable folder."
+            ) from exc
+        self._writer_db: sqlite3.Connection | None = None
+        self._writer_pid = 0
+        self._init_schema()
+
+    # -- connections ---------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """For reads: one connection per thread and per process (a connection
+        inherited across ``fork()`` must never be used by the child)."""
+        pid = os.getpid()
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None and getattr(self._local, "pid", None) == pid:
+            return db
+        db = self._open()
+        self._local.db = db
+        self._local.pid = pid
+        return db
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        """For writes, with ``_WRITER`` held: one connection per process, open
+        from the start. Every thread writes through it, so no export() ever
+        opens a connection or meets another connection's write lock."""
+        pid = os.getpid()
+        if self._writer_db is None or self._writer_pid != pid:
+            self._writer_db = self._open(check_same_thread=False)
+            self._writer_pid = pid
+        return self._writer_db
+
+    def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(
+                self.path,
+                timeout=60.0,
+                isolation_level=None,
+                factory=_Connection,
+                check_same_thread=check_same_thread,
+            )
+            _open_connections.add(db)
+            _enable_wal(db)
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA busy_timeout=60000")
+            # Some builds (Debian's) default to secure_delete=ON, which zeroes
+            # every freed page: dropping a delivered body then costs as much
+            # as writing it. FAST zeroes only pages written anyway; a freed
+            # body may linger in free pages until reused, as the live ones
+            # sit in the clear: the spool's folder is what keeps them private.
+            db.execute("PRAGMA secure_delete=FAST")
+            # The uploader checkpoints after every pass (see checkpoint());
+            # SQLite's own, in whatever commit crosses this, is the fallback.
+            db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
+        except sqlite3.Error as exc:
+            raise SpoolError(
+                f"cannot open the spool {str(self.path)!r}: {exc}. Check that the folder is "
+                "writable, or set PRIME_RUNS_OTEL_DIR to another one."
+            ) from exc
+        return db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with _WRITER, _GATE:
+            db = self._writer_connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            else:
+                db.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        """Copy committed pages from the write-ahead log into the database
+        without waiting for anyone (PASSIVE: writers carry on meanwhile)."""
+        with _GATE:
+            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Every row of one read, fetched whole so no statement stays open."""
+        with _GATE:
+            return self._connection().execute(sql, params).fetchall()
+
+    def _init_schema(self) -> None:
+        try:
+            with _WRITER, _GATE:
+                schema.create_tables(self._writer_connection())
+            with self._transaction() as db:
+                version = schema.stored_version(db)
+                if version > schema.SCHEMA_VERSION:
+                    raise SpoolError(
+                        f"the spool was written by a newer prime-runs-otel (schema {version}, "
+                        f"this release reads {schema.SCHEMA_VERSION}): upgrade prime-runs-otel, "
+                        "or point PRIME_RUNS_OTEL_DIR at another folder"
+                    )
+                schema.migrate(db, version)
+        except sqlite3.Error as exc:
+            raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close this thread's reading connection and the process's writer."""
+        with _WRITER, _GATE:
+            db: sqlite3.Connection | None = getattr(self._local, "db", None)
+            if db is not None and getattr(self._local, "pid", None) == os.getpid():
+                db.close()
+            self._local = threading.local()
+            if self._writer_db is not None and self._writer_pid == os.getpid():
+                self._writer_db.close()
+            self._writer_db = None
+
+
+def _enable_wal(db: sqlite3.Connection, timeout: float = 60.0) -> None:
+    """Put the spool in WAL mode, waiting out another process doing the same.
+
+    Switching a new database to WAL takes an exclusive lock, and SQLite
+    answers "database is locked" at once (its busy handler is not asked)
+    to a second process that opens the file meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)

@@ -1,0 +1,203 @@
+"""The ``runs`` table: one row per producer run key (``prime.run.id``):
+identity, config, platform id once created, lifecycle state, the running
+summary (aggregated incrementally, never recomputed from a list of episodes)
+and loss counters."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...read.projection import SummaryAccumulator
+from ...read.records import RunIdentity
+from .core import SpoolCore
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as the spool knows it; see the ``runs`` table for the meaning."""
+
+    local_id: str
+    kind: str
+    name: str | None
+    identity: RunIdentity
+    mode: str
+    config: dict[str, Any] | None
+    created_at: float
+    platform_id: str | None
+    url: str | None
+    create_state: str
+    create_started: float | None
+    sink: str
+    traces_written: int
+    end_status: str | None
+    end_error: str | None
+    end_expected: int | None
+    ended_at: float | None
+    close_state: str
+    summary_state: dict[str, Any]
+    episodes: int
+    duplicates: int
+    corrupt: int
+    rejected: int
+    uncertain: int
+    failed: int
+    last_error: str | None
+    last_seen: float
+
+    @property
+    def closed(self) -> bool:
+        """Closed where it lives: on the platform, or in the local store."""
+        return self.close_state == "closed"
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more will happen without help: closed, or given up on
+        (``prime-runs-otel push`` tries again)."""
+        return self.close_state in ("closed", "gave_up")
+
+
+def ensure_run(
+    db: sqlite3.Connection, identity: RunIdentity, *, mode: str, now: float
+) -> SummaryAccumulator:
+    """The run's running summary, creating the run on first sight (an
+    attached run starts as created: the platform already has it)."""
+    row = db.execute(
+        "SELECT summary_state FROM runs WHERE local_id = ?", (identity.local_id,)
+    ).fetchone()
+    if row is not None:
+        return SummaryAccumulator.from_state(json.loads(row[0]))
+    summary = SummaryAccumulator()
+    db.execute(
+        "INSERT INTO runs (local_id, kind, name, identity, mode, created_at, updated_at, "
+        "summary_state, last_seen, platform_id, create_state) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            identity.local_id,
+            identity.kind,
+            identity.name,
+            identity.to_json(),
+            mode,
+            now,
+            now,
+            json.dumps(summary.to_state()),
+            now,
+            identity.attach,
+            "created" if identity.attach else "pending",
+        ),
+    )
+    return summary
+
+
+class SpoolRuns(SpoolCore):
+    _RUN_COLUMNS = (
+        "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
+        "create_state, create_started, sink, traces_written, end_status, end_error, "
+        "end_expected, ended_at, close_state, summary_state, episodes, duplicates, corrupt, "
+        "rejected, uncertain, failed, last_error, last_seen"
+    )
+
+    def _run_from_row(self, row: tuple[Any, ...]) -> RunRow:
+        values = list(row)
+        values[3] = RunIdentity.from_json(values[3])
+        values[5] = json.loads(values[5]) if values[5] else None
+        values[18] = json.loads(values[18])
+        return RunRow(*values)
+
+    def run(self, local_id: str) -> RunRow | None:
+        rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE local_id = ?", (local_id,))
+        return self._run_from_row(rows[0]) if rows else None
+
+    def find_run(self, key: str) -> RunRow | None:
+        """A run by its local key, its platform id, or a unique prefix of either."""
+        exact = self.run(key)
+        if exact is not None:
+            return exact
+        rows = self._query(
+            f"SELECT {self._RUN_COLUMNS} FROM runs WHERE platform_id = ? "
+            "OR local_id LIKE ? OR platform_id LIKE ?",
+            (key, f"{key}%", f"{key}%"),
+        )
+        return self._run_from_row(rows[0]) if len(rows) == 1 else None
+
+    def runs(self) -> list[RunRow]:
+        rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC")
+        return [self._run_from_row(row) for row in rows]
+
+    def runs_to_deliver_or_close(self) -> list[RunRow]:
+        """Runs not yet closed: online ones to deliver, local ones to close
+        when their producer ends (or dies)."""
+        rows = self._query(
+            f"SELECT {self._RUN_COLUMNS} FROM runs "
+            "WHERE close_state NOT IN ('closed', 'gave_up') ORDER BY created_at"
+        )
+        return [self._run_from_row(row) for row in rows]
+
+    def update_run(self, local_id: str, **values: Any) -> None:
+        """Set run columns; the column names come from this package, never input."""
+        if not values:
+            return
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        with self._transaction() as db:
+            db.execute(
+                f"UPDATE runs SET {assignments}, updated_at = ? WHERE local_id = ?",
+                (*values.values(), time.time(), local_id),
+            )
+
+    def claim_create(self, local_id: str) -> bool:
+        """Mark the create as in flight before sending it, so a crash between
+        the request and its answer is recovered by lookup, not by a second run."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE runs SET create_state = 'creating', create_started = ? "
+                "WHERE local_id = ? AND create_state = 'pending'",
+                (time.time(), local_id),
+            )
+            return cursor.rowcount == 1
+
+    def end_run(self, local_id: str, status: str, error: str | None) -> bool:
+        """Record a run's end unless one is already recorded (the first wins)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE runs SET end_status = ?, end_error = ?, ended_at = ? "
+                "WHERE local_id = ? AND end_status IS NULL",
+                (status, error, time.time(), local_id),
+            )
+            return cursor.rowcount == 1
+
+    def set_mode(self, local_id: str, mode: str) -> None:
+        """Switch where a run goes. A local run taken online (``push``) is
+        reopened: being closed in the local store says nothing about the
+        platform, which has not seen the run yet."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET close_state = CASE WHEN mode = 'local' AND ? = 'online' "
+                "THEN 'open' ELSE close_state END, mode = ?, updated_at = ? WHERE local_id = ?",
+                (mode, mode, time.time(), local_id),
+            )
+
+    def reopen_failed(self, local_id: str) -> int:
+        """Give refused episodes and a failed create another chance (``push``)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE run_id = ? AND state = 'failed' "
+                "AND EXISTS (SELECT 1 FROM records r WHERE r.seq = episodes.seq)",
+                (local_id,),
+            )
+            db.execute(
+                "UPDATE runs SET failed = MAX(0, failed - ?), "
+                "create_state = CASE WHEN create_state = 'failed' THEN 'pending' "
+                "ELSE create_state END, "
+                "close_state = CASE WHEN close_state = 'gave_up' THEN 'open' "
+                "ELSE close_state END WHERE local_id = ?",
+                (cursor.rowcount, local_id),
+            )
+            db.execute(
+                "UPDATE metrics SET state = 'pending' WHERE run_id = ? AND state = 'failed'",
+                (local_id,),
+            )
+            return cursor.rowcount

@@ -1,0 +1,131 @@
+"""Training steps: each step's metrics row (``metrics``, one per step as
+the platform keeps them) and the Parquet objects of a step's legacy sample
+table (``uploads`` of kind ``steps``), persisted before they are sent so a
+restart sends the same object again rather than a second one."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...read.records import RunMetrics
+from .core import SpoolCore
+from .uploads import commit_upload
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """One training step's metrics row, as stored (``row`` is its JSON)."""
+
+    step: int
+    row: str
+
+
+@dataclass(frozen=True)
+class StepUpload:
+    """One Parquet object of a training step's legacy sample table."""
+
+    upload_id: str
+    step: int
+    sample_offset: int
+    body: bytes | None
+    url: str | None
+    key: str | None
+
+
+def insert_metrics(
+    db: sqlite3.Connection, run_id: str, metrics: Sequence[RunMetrics], now: float
+) -> None:
+    """One row per step, as the platform keeps them: a step logged again
+    replaces its row (and is sent again); an identical copy (a collector's
+    retry) changes nothing."""
+    for item in metrics:
+        db.execute(
+            "INSERT INTO metrics (run_id, step, row, state, updated_at) "
+            "VALUES (?, ?, ?, 'pending', ?) ON CONFLICT (run_id, step) DO UPDATE SET "
+            "row = excluded.row, state = 'pending', updated_at = excluded.updated_at "
+            "WHERE metrics.row != excluded.row",
+            (run_id, item.step, json.dumps(item.row(), sort_keys=True), now),
+        )
+
+
+class SpoolSteps(SpoolCore):
+    def pending_metrics(self, run_id: str, *, limit: int = 500) -> list[MetricsRow]:
+        """Metrics rows not yet acknowledged, oldest step first."""
+        rows = self._query(
+            "SELECT step, row FROM metrics WHERE run_id = ? AND state = 'pending' "
+            "ORDER BY step LIMIT ?",
+            (run_id, limit),
+        )
+        return [MetricsRow(step, row) for step, row in rows]
+
+    def metrics_counts(self, run_id: str) -> dict[str, int]:
+        """Metrics rows by state: pending, delivered, failed."""
+        rows = self._query(
+            "SELECT state, COUNT(*) FROM metrics WHERE run_id = ? GROUP BY state", (run_id,)
+        )
+        return {state: count for state, count in rows}
+
+    def end_metrics(self, run_id: str, row: MetricsRow, state: str) -> bool:
+        """Record what became of a metrics row that was sent: ``delivered``
+        or ``failed``. ``False`` when the step was logged again meanwhile (the
+        newer row is still to be sent)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE metrics SET state = ?, updated_at = ? "
+                "WHERE run_id = ? AND step = ? AND row = ?",
+                (state, time.time(), run_id, row.step, row.row),
+            )
+            return cursor.rowcount == 1
+
+    def step_upload_count(self, run_id: str, step: int) -> int:
+        """How many objects of ``step`` were begun: the next one's index."""
+        rows = self._query(
+            "SELECT COUNT(*) FROM uploads WHERE run_id = ? AND kind = 'steps' AND step = ?",
+            (run_id, step),
+        )
+        return int(rows[0][0])
+
+    def begin_step_upload(
+        self, run_id: str, step: int, seqs: Sequence[int], body: bytes, sample_offset: int
+    ) -> str:
+        """Persist one Parquet object of ``step`` and claim its episodes, so a
+        restart sends these very bytes again rather than a second object."""
+        upload_id = f"steps:{uuid.uuid4().hex}"
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at, "
+                "step, sample_offset) VALUES (?, ?, 'steps', ?, ?, 'pending', ?, ?, ?)",
+                (upload_id, run_id, body, len(seqs), time.time(), step, sample_offset),
+            )
+            db.executemany(
+                "UPDATE episodes SET state = 'uploading', upload_id = ? "
+                "WHERE seq = ? AND state = 'pending'",
+                [(upload_id, seq) for seq in seqs],
+            )
+        return upload_id
+
+    def set_step_object(self, upload_id: str, url: str | None, key: str | None) -> None:
+        """Where the object goes once presigned (``None`` to presign again)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE uploads SET object_url = ?, object_key = ? WHERE upload_id = ?",
+                (url, key, upload_id),
+            )
+
+    def step_upload(self, upload_id: str) -> StepUpload | None:
+        rows = self._query(
+            "SELECT upload_id, step, sample_offset, body, object_url, object_key FROM uploads "
+            "WHERE upload_id = ? AND kind = 'steps'",
+            (upload_id,),
+        )
+        return StepUpload(*rows[0]) if rows else None
+
+    def commit_step_upload(self, upload_id: str) -> None:
+        """The object is confirmed: its episodes are delivered."""
+        with self._transaction() as db:
+            commit_upload(db, upload_id)

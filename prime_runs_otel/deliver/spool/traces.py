@@ -1,0 +1,87 @@
+"""Prime Traces uploads: exactly once. The bytes of each upload and its
+idempotency key are persisted before the first attempt, so a retry or a
+restart sends the same request and the service replays its receipt."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from .core import SpoolCore
+from .uploads import commit_upload
+
+
+class SpoolTraces(SpoolCore):
+    def begin_traces_upload(
+        self, run_id: str, seqs: Sequence[int], upload_id: str, body: bytes, *, encoding: str
+    ) -> bool:
+        """Persist an upload's bytes and claim its episodes in one transaction.
+
+        ``body`` is stored as it will be sent (``encoding`` ``"gzip"``): a
+        few times smaller than the lines, and a replay sends it unchanged.
+        ``False`` when this exact upload already exists (same bytes were
+        claimed before): the caller then just sends it again.
+        """
+        with self._transaction() as db:
+            exists = db.execute(
+                "SELECT 1 FROM uploads WHERE upload_id = ?", (upload_id,)
+            ).fetchone()
+            if exists:
+                return False
+            db.execute(
+                "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at, "
+                "body_encoding) VALUES (?, ?, 'traces', ?, ?, 'pending', ?, ?)",
+                (upload_id, run_id, body, len(seqs), time.time(), encoding),
+            )
+            db.executemany(
+                "UPDATE episodes SET state = 'uploading', upload_id = ? "
+                "WHERE seq = ? AND state = 'pending'",
+                [(upload_id, seq) for seq in seqs],
+            )
+            return True
+
+    def commit_traces_upload(self, run_id: str, upload_id: str) -> int:
+        """The receipt arrived: the episodes are delivered and their bodies
+        dropped. Returns how many of them carried traces."""
+        with self._transaction() as db:
+            written = db.execute(
+                "SELECT COUNT(*) FROM episodes WHERE upload_id = ? AND has_traces = 1 "
+                "AND state = 'uploading'",
+                (upload_id,),
+            ).fetchone()[0]
+            commit_upload(db, upload_id)
+            db.execute(
+                "UPDATE runs SET traces_written = traces_written + ? WHERE local_id = ?",
+                (written, run_id),
+            )
+            return int(written)
+
+    def abandon_traces_uploads(self, run_id: str, *, sink: str) -> None:
+        """Prime Traces is not enabled for the account: every claimed episode
+        goes back to pending, for the legacy sample table (``sink``)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE run_id = ? AND state = 'uploading'",
+                (run_id,),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'abandoned', body = NULL "
+                "WHERE run_id = ? AND kind = 'traces' AND state = 'pending'",
+                (run_id,),
+            )
+            db.execute("UPDATE runs SET sink = ? WHERE local_id = ?", (sink, run_id))
+
+    def release_traces_upload(self, upload_id: str) -> None:
+        """An upload the service refused whole (nothing of it stored): its
+        episodes go back to pending, to be sent again in smaller uploads."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE upload_id = ? AND state = 'uploading'",
+                (upload_id,),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'abandoned', body = NULL WHERE upload_id = ?",
+                (upload_id,),
+            )
