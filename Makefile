@@ -1,13 +1,16 @@
 # The two commands of the README: `make demo` and `make test`. Each creates
 # .venv on first use and installs what it needs (the demo only the package,
 # the tests also the test tools and the prime-runs/verifiers oracle).
+# `make otelcol` builds the collector distribution of
+# collector-config/builder.yaml (cached; OTELCOL_BIN overrides) and prints its
+# path last; `make test` builds it first so the collector tests run on it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck bench bench-quick clean
+.PHONY: demo test lint typecheck bench bench-quick clean otelcol
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,14 +34,24 @@ lint: $(TESTING)
 typecheck: $(TESTING)
 	$(BIN)/mypy
 
+otelcol:
+	@sh collector-config/build-otelcol.sh
+
+# The collector is built (or found in the cache) before the tests, and its
+# path exported: with OTELCOL_BIN set, a missing binary fails the collector
+# tests instead of skipping them.
 test: lint typecheck
-	$(BIN)/python -m pytest -q
+	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
+	echo "collector: $$bin" && \
+	OTELCOL_BIN="$$bin" $(BIN)/python -m pytest -q
 
 bench: $(TESTING)
-	$(BIN)/python bench/run_all.py
+	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
+	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py
 
 bench-quick: $(TESTING)
-	$(BIN)/python bench/run_all.py --quick
+	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
+	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

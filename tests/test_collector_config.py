@@ -1,9 +1,11 @@
 """Lint every collector config shipped in collector-config/: each states the
-otelcol-contrib version it is pinned to, uses only components that version
-has, lists its storage extensions in ``service.extensions``, puts
-memory_limiter first and batch after it, and keeps its limits high enough for
-64 MiB episode records. With ``OTELCOL_BIN`` pointing at an otelcol-contrib
-binary, ``otelcol validate`` runs on each file too."""
+collector release it is pinned to, uses only components that the
+distribution of builder.yaml has, lists its storage extensions in
+``service.extensions``, puts memory_limiter first and batches after it (in a
+batch processor, or in the exporter's queue once the spans are on disk), and
+keeps its limits high enough for 64 MiB episode records. Then the real
+collector (``OTELCOL_BIN``: ``make test`` builds it and sets it) runs
+``otelcol validate`` on each file."""
 
 from __future__ import annotations
 
@@ -18,24 +20,30 @@ import rotel
 import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
-PINNED_VERSION = "v0.130.0"
-CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
+PINNED_VERSION = "v0.148.0"
+MANIFEST = CONFIG_DIR / "builder.yaml"
+CONFIGS = sorted(path for path in CONFIG_DIR.glob("*.yaml") if path != MANIFEST)
 
-#: Component types of otelcol-contrib v0.130.0 these configs may use (a subset
-#: of the distribution: the ones that fit a traces pipeline to `serve`).
-KNOWN = {
-    "receivers": {"otlp"},
+#: The component types of the distribution builder.yaml builds, by the Go
+#: module that provides each: the configs may use these and nothing else.
+MODULES = {
+    "receivers": {"otlp": "receiver/otlpreceiver"},
     "processors": {
-        "memory_limiter",
-        "batch",
-        "attributes",
-        "resource",
-        "filter",
-        "transform",
+        "memory_limiter": "processor/memorylimiterprocessor",
+        "batch": "processor/batchprocessor",
+        "attributes": "processor/attributesprocessor",
     },
-    "exporters": {"otlp", "otlphttp", "loadbalancing", "debug"},
-    "extensions": {"health_check", "file_storage", "pprof", "zpages", "bearertokenauth"},
+    "exporters": {
+        "otlp": "exporter/otlpexporter",
+        "otlphttp": "exporter/otlphttpexporter",
+        "loadbalancing": "exporter/loadbalancingexporter",
+    },
+    "extensions": {
+        "health_check": "extension/healthcheckextension",
+        "file_storage": "extension/storage/filestorage",
+    },
 }
+KNOWN = {kind: set(types) for kind, types in MODULES.items()}
 MIN_GRPC_MIB = 64
 MIN_HTTP_BYTES = 64 * 1024 * 1024
 
@@ -94,10 +102,20 @@ def test_pipelines_reference_defined_components(path: Path) -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.name)
 def test_memory_limiter_first_and_batch_after_it(path: Path) -> None:
-    for name, pipeline in load(path)["service"]["pipelines"].items():
+    """A pipeline whose exporters queue on disk batches in that queue: a batch
+    processor would answer the sender before the spans are on disk, and a
+    collector killed then would lose them."""
+    config = load(path)
+    for name, pipeline in config["service"]["pipelines"].items():
         processors = [component_type(p) for p in pipeline.get("processors", [])]
         assert processors[:1] == ["memory_limiter"], f"{path.name} {name}: {processors}"
-        assert "batch" in processors[1:], f"{path.name} {name}: no batch after memory_limiter"
+        queues = [config["exporters"][e].get("sending_queue") or {} for e in pipeline["exporters"]]
+        if any(queue.get("storage") for queue in queues):
+            assert "batch" not in processors, f"{path.name} {name}: batch before the disk queue"
+            for queue in queues:
+                assert queue["batch"]["max_size"] <= 128, f"{path.name} {name}: {queue}"
+        else:
+            assert "batch" in processors[1:], f"{path.name} {name}: no batch after memory_limiter"
 
 
 def storage_ids(node: Any) -> list[str]:
@@ -153,7 +171,7 @@ def test_fanout_strips_records_only_from_the_jaeger_pipeline() -> None:
     config = load(CONFIG_DIR / "fanout-jaeger.yaml")
     pipelines = config["service"]["pipelines"]
     assert "attributes/drop-blobs" in pipelines["traces/jaeger"]["processors"]
-    assert pipelines["traces/serve"]["processors"] == ["memory_limiter", "batch"]
+    assert pipelines["traces/serve"]["processors"] == ["memory_limiter"]
     pattern = config["processors"]["attributes/drop-blobs"]["actions"][0]["pattern"]
     for key in ("prime.episode.record", "prime.episode.record.sha256", "prime.run.config.size"):
         assert re.match(pattern, key)
@@ -173,23 +191,99 @@ def test_rotel_recipe_names_real_settings() -> None:
             assert f"[env: {name}=" in helptext, f"rotel does not know {name}"
 
 
-@pytest.mark.skipif(not os.environ.get("OTELCOL_BIN"), reason="OTELCOL_BIN is not set")
+def test_the_manifest_builds_exactly_the_components_the_configs_use() -> None:
+    """Nothing missing (a config the distribution cannot run) and nothing
+    extra (build time and binary size on every fresh machine)."""
+    manifest = yaml.safe_load(MANIFEST.read_text())
+    used = {
+        (kind, component_type(name))
+        for path in CONFIGS
+        for kind in MODULES
+        for name in load(path).get(kind) or {}
+    }
+    wanted = {MODULES[kind][kind_type] for kind, kind_type in used}
+    prefixes = (
+        "go.opentelemetry.io/collector/",
+        "github.com/open-telemetry/opentelemetry-collector-contrib/",
+    )
+    built = {
+        entry["gomod"].split()[0].removeprefix(prefixes[0]).removeprefix(prefixes[1])
+        for kind in MODULES
+        for entry in manifest.get(kind) or []
+    }
+    assert built == wanted
+    versions = {
+        entry["gomod"].split()[1] for kind in MODULES for entry in manifest.get(kind) or []
+    }
+    assert versions == {PINNED_VERSION}, "core and contrib modules at one release"
+    assert manifest["dist"]["version"] == PINNED_VERSION.removeprefix("v")
+
+
+def otelcol_bin() -> str:
+    """The collector to run: ``make test`` always sets OTELCOL_BIN (and builds
+    it first), so a missing binary there is a failure, not a skip."""
+    binary = os.environ.get("OTELCOL_BIN")
+    if not binary:
+        pytest.skip(
+            "OTELCOL_BIN is not set: run `make test` (it builds the collector), or set "
+            "OTELCOL_BIN to the path `make otelcol` prints"
+        )
+    assert os.access(binary, os.X_OK), f"OTELCOL_BIN={binary} is not an executable file"
+    return binary
+
+
+#: What each config reads from the environment, set as a user would.
+CONFIG_ENV = {
+    "PRIME_RUNS_OTEL_SERVE_URL": "http://127.0.0.1:4318",
+    "PRIME_RUNS_OTEL_SERVE_TOKEN": "token",
+    "PRIME_RUNS_OTEL_GATEWAY": "127.0.0.1:14317",
+    "PRIME_RUNS_OTEL_BACKENDS_DNS": "localhost",
+    "JAEGER_OTLP_GRPC": "127.0.0.1:24317",
+}
+
+
+def env_read(path: Path) -> set[str]:
+    return set(re.findall(r"\$\{env:([A-Z0-9_]+)\}", path.read_text()))
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.name)
 def test_otelcol_validate(path: Path, tmp_path: Path) -> None:
+    binary = otelcol_bin()
+    required = env_read(path)
     env = {
-        **os.environ,
-        "PRIME_RUNS_OTEL_SERVE_URL": "http://127.0.0.1:4318",
-        "PRIME_RUNS_OTEL_SERVE_TOKEN": "token",
+        **{k: v for k, v in os.environ.items() if not k.startswith("PRIME_RUNS_OTEL_")},
+        **CONFIG_ENV,
         "PRIME_RUNS_OTEL_QUEUE_DIR": str(tmp_path),
-        "PRIME_RUNS_OTEL_GATEWAY": "127.0.0.1:14317",
-        "PRIME_RUNS_OTEL_BACKENDS_DNS": "localhost",
-        "JAEGER_OTLP_GRPC": "127.0.0.1:24317",
     }
+    assert required <= set(env), f"{path.name} reads {required - set(env)}"
     finished = subprocess.run(
-        [os.environ["OTELCOL_BIN"], "validate", f"--config={path}"],
+        [binary, "validate", f"--config={path}"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert finished.returncode == 0, finished.stderr
+
+
+def test_otelcol_validate_refuses_what_the_distribution_cannot_run(tmp_path: Path) -> None:
+    """The check above is a real one: a component the distribution does not
+    have, or a setting its component does not know, is refused."""
+    binary = otelcol_bin()
+    env = {**os.environ, **CONFIG_ENV, "PRIME_RUNS_OTEL_QUEUE_DIR": str(tmp_path)}
+    gateway = (CONFIG_DIR / "gateway.yaml").read_text()
+    for broken in (
+        gateway.replace("otlphttp/serve", "kafka/serve"),
+        gateway.replace("num_consumers: 4", "num_consumer: 4"),
+    ):
+        assert broken != gateway
+        path = tmp_path / "broken.yaml"
+        path.write_text(broken)
+        finished = subprocess.run(
+            [binary, "validate", f"--config={path}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert finished.returncode != 0, broken

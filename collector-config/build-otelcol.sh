@@ -1,0 +1,73 @@
+#!/bin/sh
+# Build the collector distribution of builder.yaml (or reuse the one built
+# before) and print the binary's path as the last line.
+#
+#   sh collector-config/build-otelcol.sh        # what `make otelcol` runs
+#
+# OTELCOL_BIN, when set, is used as it is: nothing is built. Otherwise the
+# binary lives under ${XDG_CACHE_HOME:-$HOME/.cache}/prime-runs-otel/, in a
+# folder named after the SHA-256 of the manifest, so a second call is instant
+# and an edited manifest builds anew. Needs Go (1.24 or newer) and the Go
+# module proxy; the OpenTelemetry Collector Builder is installed next to the
+# binary at the release the manifest names.
+set -eu
+
+if [ -n "${OTELCOL_BIN:-}" ]; then
+    if [ ! -x "$OTELCOL_BIN" ]; then
+        echo "OTELCOL_BIN=$OTELCOL_BIN is not an executable file: point it at an" \
+            "otelcol-contrib (or otelcol-prime-runs) binary, or unset it to build one." >&2
+        exit 1
+    fi
+    echo "$OTELCOL_BIN"
+    exit 0
+fi
+
+here=$(cd "$(dirname "$0")" && pwd)
+manifest="$here/builder.yaml"
+hash=$(sha256sum "$manifest" | cut -c1-16)
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/prime-runs-otel"
+target="$cache/otelcol-$hash"
+binary="$target/otelcol-prime-runs/otelcol-prime-runs"
+
+if [ -x "$binary" ]; then
+    echo "$binary"
+    exit 0
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+    echo "Go is needed to build the collector (https://go.dev/dl/, 1.24 or newer)." \
+        "Or set OTELCOL_BIN to an otelcol-contrib binary." >&2
+    exit 1
+fi
+
+# The builder at the release of the manifest's components (dist.version).
+version=$(sed -n 's/^  version: *\([0-9.]*\).*/\1/p' "$manifest" | head -n 1)
+if [ -z "$version" ]; then
+    echo "$manifest has no dist.version: it names the builder release to use." >&2
+    exit 1
+fi
+tools="$cache/builder-v$version"
+if [ ! -x "$tools/builder" ]; then
+    echo "Installing the OpenTelemetry Collector Builder v$version ..." >&2
+    GOBIN="$tools" go install -trimpath "go.opentelemetry.io/collector/cmd/builder@v$version" >&2
+fi
+
+# Built in a fresh folder and moved into place whole, so an interrupted or
+# concurrent build never leaves a half-written binary where the next call
+# would take it.
+mkdir -p "$cache"
+work=$(mktemp -d "$cache/otelcol-$hash.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "Building the collector (a few minutes the first time) in $target ..." >&2
+(cd "$work" && GOFLAGS="${GOFLAGS:-} -mod=mod" "$tools/builder" --config "$manifest" >build.log 2>&1) || {
+    cat "$work/build.log" >&2
+    echo "Building the collector failed (log above)." >&2
+    exit 1
+}
+if [ -x "$binary" ]; then
+    echo "$binary"  # another build finished first
+    exit 0
+fi
+mv "$work" "$target"
+trap - EXIT
+echo "$binary"
