@@ -212,9 +212,7 @@ def test_the_manifest_builds_exactly_the_components_the_configs_use() -> None:
         for entry in manifest.get(kind) or []
     }
     assert built == wanted
-    versions = {
-        entry["gomod"].split()[1] for kind in MODULES for entry in manifest.get(kind) or []
-    }
+    versions = {entry["gomod"].split()[1] for kind in MODULES for entry in manifest.get(kind) or []}
     assert versions == {PINNED_VERSION}, "core and contrib modules at one release"
     assert manifest["dist"]["version"] == PINNED_VERSION.removeprefix("v")
 
