@@ -374,12 +374,18 @@ class Uploader:
     # -- create ----------------------------------------------------------------
 
     def _create(self, run: RunRow) -> None:
-        """Create the run exactly once.
+        """Create the run exactly once, also across ``serve`` instances.
 
         ``POST /evaluations/`` is not idempotent, so the spool records that a
-        create is in flight before it is sent. If the answer is lost (or the
-        process dies), the run is looked up by the marker in its metadata; it
-        is created again only when the platform does not have it.
+        create is in flight before it is sent. Before every create the run is
+        looked up by the marker in its metadata: the platform may have it from
+        a create whose answer was lost, or from another process that saw part
+        of the same run (a second ``serve`` behind a load balancer that moved
+        the run, a gateway restarted elsewhere). It is created only when the
+        platform does not have it. The lookup is one list request for an
+        environment with fewer than 100 runs, at most 20 for a large one.
+        Two creates within the same moment on two processes can still both
+        miss each other: the platform has no unique key to refuse the second.
         """
         if run.kind == "train":
             try:
@@ -389,7 +395,7 @@ class Uploader:
             return
         evals, _ = self._apis()
         environments = list(run.identity.environments)
-        if run.create_state == "creating" and self._found_earlier_create(run, evals):
+        if self._found_earlier_create(run, evals):
             return
         try:
             if not environments:
@@ -422,11 +428,12 @@ class Uploader:
         self._adopt(run, answer, evals)
 
     def _found_earlier_create(self, run: RunRow, evals: EvalsAPI) -> bool:
-        """A create was in flight when its answer (or the process) was lost:
-        adopt the run if the platform has it, else allow a new create.
+        """Adopt the run if the platform has it (from a create whose answer,
+        or process, was lost, or from another process), else allow a create.
 
-        Every failure of the lookup pauses the run and leaves it *creating*:
-        only a lookup that answered "not there" may lead to a second create.
+        Every failure of the lookup pauses the run and leaves its create state
+        as it was: only a lookup that answered "not there" may lead to a
+        create.
         """
         try:
             found = evals.find_by_marker(
@@ -437,7 +444,8 @@ class Uploader:
         except PlatformError as exc:
             raise Backoff(exc) from exc
         if found is None:
-            self._spool.update_run(run.local_id, create_state="pending")
+            if run.create_state != "pending":
+                self._spool.update_run(run.local_id, create_state="pending")
             return False
         logger.info("Run %s: found the platform run created earlier", run.local_id)
         self._adopt(run, found, evals)
@@ -729,7 +737,10 @@ class Uploader:
                 if status and status.upper() != "RUNNING":
                     self._mark_closed(run)
                     return
-            metadata = None if attached else run_metadata(run)
+            # PUT replaces the whole metadata document: a process that never
+            # saw the run's start span (another serve got it) has no config to
+            # send and must not erase the one the platform holds.
+            metadata = None if attached or run.config is None else run_metadata(run)
             evals.update(run.platform_id, metadata=metadata, metrics=summary or None)
             if run.end_status == "completed":
                 self._spool.update_run(run.local_id, close_state="finalizing")
