@@ -1,5 +1,8 @@
-"""Through a collector: producer → OTLP/gRPC → rotel → OTLP/HTTP → serve →
-the fake platform, all on loopback.
+"""Through a collector: producer → OTLP/gRPC → collector → OTLP/HTTP → serve
+→ the fake platform, all on loopback. The collector is rotel (the shipped
+rotel.env) and the OpenTelemetry Collector running the shipped gateway.yaml
+(its disk queue included) when ``OTELCOL_BIN`` names one (`make bench` builds
+it with `make otelcol`).
 
 Two runs on the same episodes:
 
@@ -13,7 +16,7 @@ Printed for each: episodes per second (first send to run closed), CPU per
 episode in `serve` (its whole process, from /proc), and latency from
 sending an episode to the platform's receipt (p50/p99).
 
-    python bench/collector.py [--episodes 5000] [--size 8000]
+    python bench/collector.py [--episodes 5000] [--size 8000] [--collector rotel,otelcol]
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from in_process import fresh_copy, machine, percentile
 
-RECIPE = Path(__file__).resolve().parent.parent / "collector-config" / "rotel.env"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
+RECIPE = CONFIG_DIR / "rotel.env"
 
 
 def free_port() -> int:
@@ -70,9 +74,9 @@ def recipe() -> dict[str, str]:
 
 
 class Pipeline:
-    """serve and rotel started against a fake platform, torn down on exit."""
+    """serve and a collector started against a fake platform, torn down on exit."""
 
-    def __init__(self, fake: Any, root: str) -> None:
+    def __init__(self, fake: Any, root: str, collector: str) -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))}
         self.http_port = free_port()
         self.serve = subprocess.Popen(
@@ -91,9 +95,46 @@ class Pipeline:
             stderr=subprocess.DEVNULL,
         )
         wait_port(self.http_port, self.serve, "serve")
+        self.grpc_port = free_port()
+        if collector == "otelcol":
+            self.collector = self._otelcol(base, root)
+        else:
+            self.collector = self._rotel(base, root)
+        wait_port(self.grpc_port, self.collector, collector)
+
+    def _otelcol(self, base: dict[str, str], root: str) -> subprocess.Popen[bytes]:
+        """gateway.yaml as shipped; only its addresses, its queue folder and
+        the port of its own metrics are set."""
+        telemetry = os.path.join(root, "telemetry.yaml")
+        with open(telemetry, "w") as handle:
+            handle.write(
+                "service:\n  telemetry:\n    metrics:\n      readers:\n"
+                "        - pull:\n            exporter:\n              prometheus:\n"
+                f"                host: 127.0.0.1\n                port: {free_port()}\n"
+            )
+        env = {
+            **base,
+            "PRIME_RUNS_OTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{self.grpc_port}",
+            "PRIME_RUNS_OTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
+            "PRIME_RUNS_OTEL_HEALTH_ENDPOINT": f"127.0.0.1:{free_port()}",
+            "PRIME_RUNS_OTEL_QUEUE_DIR": os.path.join(root, "otelcol-queue"),
+            "PRIME_RUNS_OTEL_SERVE_URL": f"http://127.0.0.1:{self.http_port}",
+            "PRIME_RUNS_OTEL_SERVE_TOKEN": "",
+        }
+        return subprocess.Popen(
+            [
+                os.environ["OTELCOL_BIN"],
+                f"--config={CONFIG_DIR / 'gateway.yaml'}",
+                f"--config={telemetry}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def _rotel(self, base: dict[str, str], root: str) -> subprocess.Popen[bytes]:
         import rotel
 
-        self.grpc_port = free_port()
         rotel_env = {
             **{k: v for k, v in base.items() if not k.startswith("ROTEL_")},
             **recipe(),
@@ -103,13 +144,12 @@ class Pipeline:
             "ROTEL_PID_FILE": os.path.join(root, "rotel.pid"),
             "ROTEL_LOG_FILE": os.path.join(root, "rotel.log"),
         }
-        self.collector = subprocess.Popen(
+        return subprocess.Popen(
             [str(Path(rotel.__file__).parent / "rotel-agent"), "start"],
             env=rotel_env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_port(self.grpc_port, self.collector, "rotel")
 
     def stop(self) -> None:
         self.collector.send_signal(signal.SIGTERM)
@@ -220,7 +260,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=5000)
     parser.add_argument("--size", type=int, default=8000)
+    parser.add_argument(
+        "--collector",
+        default="rotel,otelcol" if os.environ.get("OTELCOL_BIN") else "rotel",
+        help="comma-separated: rotel, otelcol (needs OTELCOL_BIN; default: both when set)",
+    )
     args = parser.parse_args()
+    collectors = [name.strip() for name in args.collector.split(",") if name.strip()]
+    if "otelcol" in collectors and not os.environ.get("OTELCOL_BIN"):
+        raise SystemExit("--collector otelcol needs OTELCOL_BIN: run `make otelcol` for one")
 
     from prime_runs_otel.produce.synthetic import synthetic_episodes
     from prime_runs_otel.testing import FakePlatform
@@ -228,35 +276,40 @@ def main() -> None:
     print(machine())
     pool = list(synthetic_episodes(1000, seed=3, target_bytes=args.size))
     figures: dict[str, dict[str, float]] = {}
-    with FakePlatform() as fake, tempfile.TemporaryDirectory() as root:
-        pipeline = Pipeline(fake, root)
-        try:
-            for name, measure in (("live", live), ("replay", replay)):
-                records = [fresh_copy(pool[n % len(pool)], n) for n in range(args.episodes)]
-                for record in records:
-                    record["id"] = f"{name}-{record['id']}"
-                done = measure(fake, pipeline, records)
-                delivered = len(fake.episodes(done["run"].id))
-                received = receipts(fake, done["run"].id)
-                latencies = [received[k] - at for k, at in done["sent"].items() if k in received]
-                print(
-                    f"{name}: {len(records)} episodes sent, {delivered} delivered, "
-                    f"run {done['run'].status}",
-                    file=sys.stderr,
-                )
-                figures[name] = {
-                    "episodes_per_s": delivered / done["elapsed"],
-                    "serve_cpu_ms_per_episode": 1000 * done["serve_cpu"] / max(delivered, 1),
-                    "latency_p50_ms": 1000 * percentile(latencies, 0.5),
-                    "latency_p99_ms": 1000 * percentile(latencies, 0.99),
-                    "delivered": float(delivered),
-                }
-        finally:
-            pipeline.stop()
+    for collector in collectors:
+        with FakePlatform() as fake, tempfile.TemporaryDirectory() as root:
+            pipeline = Pipeline(fake, root, collector)
+            try:
+                for mode, measure in (("live", live), ("replay", replay)):
+                    name = f"{collector}.{mode}"
+                    records = [fresh_copy(pool[n % len(pool)], n) for n in range(args.episodes)]
+                    for record in records:
+                        record["id"] = f"{mode}-{record['id']}"
+                    done = measure(fake, pipeline, records)
+                    delivered = len(fake.episodes(done["run"].id))
+                    received = receipts(fake, done["run"].id)
+                    latencies = [
+                        received[k] - at for k, at in done["sent"].items() if k in received
+                    ]
+                    print(
+                        f"{name}: {len(records)} episodes sent, {delivered} delivered, "
+                        f"run {done['run'].status}",
+                        file=sys.stderr,
+                    )
+                    figures[name] = {
+                        "episodes_per_s": delivered / done["elapsed"],
+                        "serve_cpu_ms_per_episode": 1000 * done["serve_cpu"] / max(delivered, 1),
+                        "latency_p50_ms": 1000 * percentile(latencies, 0.5),
+                        "latency_p99_ms": 1000 * percentile(latencies, 0.99),
+                        "delivered": float(delivered),
+                    }
+            finally:
+                pipeline.stop()
 
-    print(f"\n{'figure':<28} {'live':>12} {'replay':>12}")
-    for figure in figures["live"]:
-        print(f"{figure:<28} {figures['live'][figure]:>12.2f} {figures['replay'][figure]:>12.2f}")
+    names = list(figures)
+    print("\n" + f"{'figure':<28}" + "".join(f"{name:>16}" for name in names))
+    for figure in figures[names[0]]:
+        print(f"{figure:<28}" + "".join(f"{figures[name][figure]:>16.2f}" for name in names))
     print()
     units = {"episodes_per_s": "episodes/s", "delivered": "episodes"}
     for name, values in figures.items():
