@@ -285,3 +285,55 @@ def test_otelcol_validate_refuses_what_the_distribution_cannot_run(tmp_path: Pat
             timeout=120,
         )
         assert finished.returncode != 0, broken
+
+
+# -- make otelcol ----------------------------------------------------------------------------
+
+BUILD = CONFIG_DIR / "build-otelcol.sh"
+
+
+def build_script(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", str(BUILD)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_build_script_uses_otelcol_bin_as_it_is(tmp_path: Path) -> None:
+    binary = tmp_path / "otelcol-contrib"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    done = build_script({**os.environ, "OTELCOL_BIN": str(binary)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == str(binary)
+
+    missing = build_script({**os.environ, "OTELCOL_BIN": str(tmp_path / "nowhere")})
+    assert missing.returncode == 1
+    assert "is not an executable file" in missing.stderr
+    assert "unset it to build one" in missing.stderr
+
+
+def test_build_script_reuses_the_build_of_the_same_manifest(tmp_path: Path) -> None:
+    """The cache is keyed by the manifest's hash: a binary already there is
+    printed at once, without Go; an edited manifest would get a new folder."""
+    digest = subprocess.run(
+        ["sha256sum", str(MANIFEST)], capture_output=True, text=True, check=True
+    ).stdout[:16]
+    cached = tmp_path / "prime-runs-otel" / f"otelcol-{digest}" / "otelcol-prime-runs"
+    cached.mkdir(parents=True)
+    (cached / "otelcol-prime-runs").write_text("#!/bin/sh\n")
+    (cached / "otelcol-prime-runs").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "OTELCOL_BIN"}
+    done = build_script({**env, "XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == str(cached / "otelcol-prime-runs")
+
+
+def test_build_script_without_go_says_what_to_do(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OTELCOL_BIN"}
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "sha256sum", "cut", "dirname", "sed", "head"):
+        found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True)
+        (bare / tool).symlink_to(found.stdout.strip())
+    done = build_script({**env, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": str(bare)})
+    assert done.returncode == 1
+    assert "Go is needed to build the collector" in done.stderr
+    assert "OTELCOL_BIN" in done.stderr
