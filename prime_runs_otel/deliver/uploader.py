@@ -395,16 +395,16 @@ class Uploader:
             return
         evals, _ = self._apis()
         environments = list(run.identity.environments)
+        if not environments:
+            self._fail_create(
+                run,
+                "an eval run needs at least one environment: pass environments=[...] "
+                "to start_run() or set prime.run.environments on the Resource",
+            )
+            return
         if self._found_earlier_create(run, evals):
             return
         try:
-            if not environments:
-                self._fail_create(
-                    run,
-                    "an eval run needs at least one environment: pass environments=[...] "
-                    "to start_run() or set prime.run.environments on the Resource",
-                )
-                return
             resolved = [{"id": evals.resolve_environment(ref)} for ref in environments]
             payload = self._create_payload(run, resolved)
             if not self._spool.claim_create(run.local_id):
@@ -430,10 +430,12 @@ class Uploader:
     def _found_earlier_create(self, run: RunRow, evals: EvalsAPI) -> bool:
         """Adopt the run if the platform has it (from a create whose answer,
         or process, was lost, or from another process), else allow a create.
+        ``True`` when there is nothing left to create.
 
-        Every failure of the lookup pauses the run and leaves its create state
-        as it was: only a lookup that answered "not there" may lead to a
-        create.
+        A failure of the lookup leaves the create state as it was: only a
+        lookup that answered "not there" may lead to a create. It pauses the
+        run, except a refusal (a wrong key, no access) before any create was
+        sent, which fails the create as the create itself would have.
         """
         try:
             found = evals.find_by_marker(
@@ -442,7 +444,10 @@ class Uploader:
                 environment_name=first_environment_name(run.identity.environments),
             )
         except PlatformError as exc:
-            raise Backoff(exc) from exc
+            if exc.retryable or run.create_state == "creating":
+                raise Backoff(exc) from exc
+            self._fail_create(run, f"creating the run failed: {exc}")
+            return True
         if found is None:
             if run.create_state != "pending":
                 self._spool.update_run(run.local_id, create_state="pending")
