@@ -238,6 +238,27 @@ def test_cache_reads_are_kept_apart_and_system_instructions_lead(validate: Any) 
     assert trace["nodes"][0]["tools"] == trace["tools"]
 
 
+def test_system_instructions_also_among_the_input_messages_are_kept_once(
+    validate: Any,
+) -> None:
+    # openlit's shape: the system turn both in the input messages and apart.
+    system = "Solve it step by step."
+    call = genai_call(
+        2,
+        1,
+        [text("system", system), text("user", "What is 2 + 2?")],
+        text("assistant", "4"),
+        start=1.0,
+        **{"gen_ai.system_instructions": json.dumps([{"type": "text", "content": system}])},
+    )
+    record = synthesize(episode(), [call])
+    validate(record)
+    [trace] = record["traces"]
+    assert [node["message"]["role"] for node in trace["nodes"]] == ["system", "user", "assistant"]
+    [row] = episode_sample_rows(record, 1)
+    assert [message["role"] for message in row["completion"]] == ["system", "user", "assistant"]
+
+
 def test_agents_become_traces_and_the_summary_trace_gets_the_reward(validate: Any) -> None:
     root = episode(**{sc.EPISODE_REWARD: 0.5, sc.AGENT_REWARD_PREFIX + "correct": 1.0})
     solver = span(
@@ -662,21 +683,30 @@ _INSTRUMENTED = textwrap.dedent(
     from prime_runs_otel.read.synthesis import SpanTreeBuffer, synthesize_record
     from prime_runs_otel.testing.fake_openai import FakeOpenAI
 
-    if sys.argv[1] == "openai-v2":
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-    else:
-        from openinference.instrumentation.openai import OpenAIInstrumentor
-
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(
-        resource=run_resource(run_id="r", kind="train", model="policy", environments=["arith"])
-    )
+    resource = run_resource(run_id="r", kind="train", model="policy", environments=["arith"])
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    OpenAIInstrumentor().instrument(tracer_provider=provider)
+    if sys.argv[1] == "logfire":
+        # logfire traces through a provider of its own; its spans join the
+        # episode's trace through the shared context.
+        import logfire
+        logfire.configure(send_to_logfire=False, console=False, inspect_arguments=False,
+                          additional_span_processors=[SimpleSpanProcessor(exporter)])
+        logfire.instrument_openai()
+    else:
+        if sys.argv[1] == "openai-v2":
+            from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+        elif sys.argv[1] == "openllmetry":
+            from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+        else:
+            from openinference.instrumentation.openai import OpenAIInstrumentor
+        OpenAIInstrumentor().instrument(tracer_provider=provider)
     tracer = provider.get_tracer("rl")
     tools = [{"type": "function", "function": {"name": "calc", "description": "Evaluate.",
               "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
-    with FakeOpenAI(accuracy=1.0) as fake:
+    # The server answers as a dated snapshot: the record keeps the model asked for.
+    with FakeOpenAI(accuracy=1.0, response_model="policy-2026-01-01") as fake:
         client = openai.OpenAI(base_url=fake.base_url, api_key="k", max_retries=0)
         for example, (a, b) in enumerate([(17, 25), (3, 4)]):
             with episode_span(tracer, example_id=example, step=10, env="arith") as span:
@@ -706,14 +736,16 @@ _INSTRUMENTED = textwrap.dedent(
             buffer.add_episode(meaning)
         elif meaning is None:
             buffer.add(view)
-    identity = run_identity(views[0].resource)
+    identity = run_identity(resource.attributes)
     records = [synthesize_record(t.root.view, t.spans, identity) for t in buffer.release()]
     print(json.dumps(records))
     """
 )
 
 
-@pytest.mark.parametrize("instrumentation", ["openai-v2", "openinference"])
+@pytest.mark.parametrize(
+    "instrumentation", ["openai-v2", "openinference", "openllmetry", "logfire"]
+)
 def test_a_real_instrumentation_yields_sensible_samples(
     instrumentation: str, validate: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -751,8 +783,9 @@ def test_a_real_instrumentation_yields_sensible_samples(
     }
     assert trace["nodes"][4]["message"]["content"] == "The answer is 42."
     assert [call["finish_reason"] for call in trace["calls"]] == ["tool_calls", "stop"]
+    assert [call["model"] for call in trace["calls"]] == ["policy", "policy"]
     assert all(call["usage"]["prompt_tokens"] > 0 for call in trace["calls"])
-    if instrumentation == "openinference":  # openai-v2 does not record tool definitions
+    if instrumentation != "openai-v2":  # openai-v2 does not record tool definitions
         assert trace["tools"][0]["name"] == "calc"
     assert solved["run"]["work"] == {"type": "train", "step": 10}
 

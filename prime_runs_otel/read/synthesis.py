@@ -55,6 +55,7 @@ _GENAI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 _GENAI_CACHE_READ = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens")
 _GENAI_REASONING = ("gen_ai.usage.reasoning.output_tokens",)
 _OPENINFERENCE_KIND = "openinference.span.kind"
+_OPENINFERENCE_INVOCATION_PARAMETERS = "llm.invocation_parameters"
 _OPENLLMETRY_KIND = "traceloop.span.kind"
 _OPENLLMETRY_REQUEST_TYPE = "llm.request.type"
 _OPENLLMETRY_PROMPT = "gen_ai.prompt"
@@ -418,7 +419,7 @@ def _exchange(view: SpanView) -> _Exchange:
 def _genai_exchange(attributes: Mapping[str, Any]) -> _Exchange:
     inputs = _json_messages(attributes.get(sc.GEN_AI_INPUT_MESSAGES))
     system = _loads(attributes.get(_GENAI_SYSTEM_INSTRUCTIONS))
-    if isinstance(system, list) and inputs is not None:
+    if isinstance(system, list) and inputs is not None and not _has_system(inputs):
         texts = [str(_mapping(part).get("content", "")) for part in system]
         inputs.insert(0, _message("system", [text for text in texts if text]))
     outputs = _loads(attributes.get(sc.GEN_AI_OUTPUT_MESSAGES))
@@ -428,6 +429,14 @@ def _genai_exchange(attributes: Mapping[str, Any]) -> _Exchange:
         attributes.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)
     )
     return _Exchange("gen_ai", inputs, _as_assistant(output), reason, _tool_definitions(attributes))
+
+
+def _has_system(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the input messages already hold the system turn. The conventions
+    keep it apart in ``gen_ai.system_instructions``, but some instrumentations
+    (openlit) also leave it among the input messages: adding it again would
+    show the model a second system prompt it never saw."""
+    return any(message.get("role") == "system" for message in messages)
 
 
 def _openinference_exchange(attributes: Mapping[str, Any]) -> _Exchange:
@@ -549,7 +558,17 @@ def _usage(attributes: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _model(attributes: Mapping[str, Any]) -> str | None:
-    for key in (sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_RESPONSE_MODEL, "llm.model_name"):
+    """The model the call asked for, as verifiers records it. OpenInference's
+    ``llm.model_name`` is the model that answered (a provider may resolve an
+    alias to a dated snapshot), so its request parameters come first."""
+    model = _text(attributes.get(sc.GEN_AI_REQUEST_MODEL))
+    if model:
+        return model
+    requested = _mapping(_loads(attributes.get(_OPENINFERENCE_INVOCATION_PARAMETERS)))
+    model = _text(requested.get("model")) or _text(requested.get("model_name"))
+    if model:
+        return model
+    for key in (sc.GEN_AI_RESPONSE_MODEL, "llm.model_name"):
         model = _text(attributes.get(key))
         if model:
             return model

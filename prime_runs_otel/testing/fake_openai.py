@@ -8,6 +8,8 @@ answers with the sum, or (deterministically, for a share of the requests set
 by ``accuracy``) with a near miss, so rewards vary the way a policy's do. Given
 tools and a fresh question, it first calls the first tool with the
 expression, then answers once the tool's result is in the conversation.
+``response_model`` makes it answer as a different model than the one asked
+for, the way a provider resolves an alias to a dated snapshot.
 """
 
 from __future__ import annotations
@@ -27,10 +29,17 @@ _QUESTION = re.compile(r"(-?\d+)\s*([+*-])\s*(-?\d+)")
 class FakeOpenAI:
     """Use as a context manager; point an ``openai.OpenAI`` at :attr:`base_url`."""
 
-    def __init__(self, *, accuracy: float = 0.7, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        accuracy: float = 0.7,
+        host: str = "127.0.0.1",
+        response_model: str | None = None,
+    ) -> None:
         if not 0.0 <= accuracy <= 1.0:
             raise ValueError(f"accuracy must be between 0 and 1, got {accuracy}")
         self.accuracy = accuracy
+        self.response_model = response_model
         self.requests: list[dict[str, Any]] = []
         self._failures: list[int] = []
         self._lock = threading.Lock()
@@ -99,7 +108,7 @@ class FakeOpenAI:
             "id": f"chatcmpl-{number}",
             "object": "chat.completion",
             "created": 1_767_225_600 + number,
-            "model": str(body.get("model", "fake-model")),
+            "model": self.response_model or str(body.get("model", "fake-model")),
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
