@@ -20,7 +20,7 @@ def main() -> None:
     ) as run:
         # In a real eval these are verifiers Episodes (or their records) as
         # each rollout finishes.
-        for episode in synthetic_episodes(40):
+        for episode in synthetic_episodes(40, ending_at="now"):
             run.record_episode(episode)
     assert run.result is not None
     print(run.result.describe())

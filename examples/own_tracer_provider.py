@@ -33,7 +33,7 @@ def main() -> None:
 
     emit_run_start(tracer, {"temperature": 0.2})
     count = 0
-    for episode in synthetic_episodes(20, seed=7):
+    for episode in synthetic_episodes(20, seed=7, ending_at="now"):
         record_episode(tracer, episode)
         count += 1
     emit_run_end(tracer, "completed", episodes_recorded=count)

@@ -22,7 +22,7 @@ from prime_runs_otel.produce.synthetic import synthetic_episodes
 
 def main() -> None:
     tracer = trace.get_tracer("zero-code-eval")
-    for episode in synthetic_episodes(15, seed=4):
+    for episode in synthetic_episodes(15, seed=4, ending_at="now"):
         prime_runs_otel.record_episode(tracer, episode)
     print("recorded 15 episodes")
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,6 +27,11 @@ def test_demo_into_the_local_store() -> None:
     assert "where to look:" in done.stdout and "prime-runs-otel show" in done.stdout
     [run] = json.loads(_cli("runs", "--json").stdout)
     assert (run["mode"], run["end_status"], run["episodes"]) == ("local", "completed", 40)
+    # Dated from now, so a tracing backend's "recent traces" view shows the demo.
+    samples = _cli("export", run["id"], "--what", "samples").stdout.splitlines()
+    starts = [json.loads(line)["timing"]["start"] for line in samples]
+    assert len(starts) == 40
+    assert time.time() - 3600 < min(starts) <= max(starts) < time.time()
 
 
 def test_demo_against_a_fake_platform() -> None:

@@ -77,6 +77,41 @@ def test_records_are_deterministic_per_index_and_seed() -> None:
     assert synthetic_episode(17)["id"] != synthetic_episode(18)["id"]
 
 
+def _episode_window(record: Record) -> tuple[float, float]:
+    times = [
+        value
+        for trace in record["traces"]
+        for part in [trace["timing"], *(call["time"] for call in trace["calls"])]
+        for value in _times(part)
+    ]
+    return min(times), max(times)
+
+
+def _times(part: Any) -> list[float]:
+    if not isinstance(part, dict):
+        return []
+    found = [v for k, v in part.items() if k in ("start", "end") and isinstance(v, float) and v]
+    return found + [t for value in part.values() for t in _times(value)]
+
+
+def test_a_run_can_be_dated_to_end_now_and_stays_regenerable() -> None:
+    fixed = list(synthetic_episodes(40, seed=3))
+    recent = list(synthetic_episodes(40, seed=3, ending_at=2_000_000_000.0))
+    assert [r["id"] for r in recent] == [r["id"] for r in fixed]
+    last_end = max(_episode_window(record)[1] for record in recent)
+    first_start = min(_episode_window(record)[0] for record in recent)
+    assert 2_000_000_000.0 - 120 <= last_end <= 2_000_000_000.0
+    assert first_start >= 2_000_000_000.0 - 40 * 7.25 - 60
+    # Only the dates moved: the same episodes, shifted by one whole offset.
+    shift = _episode_window(recent[0])[0] - _episode_window(fixed[0])[0]
+    assert shift == pytest.approx(2_000_000_000.0 - 40 * 7.25 - 60 - 1_767_225_600.0, abs=1)
+
+    def messages(records: list[Record]) -> list[Any]:
+        return [[node["message"] for node in r["traces"][0]["nodes"]] for r in records]
+
+    assert messages(recent) == messages(fixed)
+
+
 def test_records_do_not_share_mutable_parts() -> None:
     first, second = synthetic_episode(0), synthetic_episode(1)
     first["task"]["data"]["network_allow"].append("example.org")

@@ -167,7 +167,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             settings=settings,
         )
         progress = Progress("recording episodes", args.episodes)
-        for record in synthetic_episodes(args.episodes, seed=args.seed):
+        for record in synthetic_episodes(args.episodes, seed=args.seed, ending_at="now"):
             run.record_episode(record)
             progress.advance()
         progress.close()

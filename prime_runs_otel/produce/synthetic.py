@@ -7,7 +7,9 @@ as canonical: a synthetic record that only *looked* right would let projection b
 hide behind defaults the validator fills in.
 
 Everything is derived from ``(index, seed)`` alone, so a benchmark or a failing test
-can regenerate the very episode it saw.
+can regenerate the very episode it saw; only the dates move when asked to
+(``ending_at``), so that a demo run shows up in a tracing backend's "last hour"
+view instead of on a fixed day in the past.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import copy
 import hashlib
 import json
 import random
+import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["synthetic_episode", "synthetic_episodes"]
 
@@ -25,6 +28,8 @@ __all__ = ["synthetic_episode", "synthetic_episodes"]
 ROLLOUTS_PER_EXAMPLE = 4
 #: 2026-01-01T00:00:00Z: timestamps look like a real run, not the epoch.
 RUN_EPOCH = 1_767_225_600.0
+#: Seconds between two episodes' starts: a run of N episodes spans about N times this.
+EPISODE_SPACING = 7.25
 SOLVER_MODEL = "qwen3-8b"
 JUDGE_MODEL = "gpt-4.1-mini"
 TASK_TYPE = "MathTask"
@@ -104,6 +109,7 @@ def synthetic_episode(
     turns: int | None = None,
     error: bool | None = None,
     target_bytes: int | None = None,
+    epoch: float = RUN_EPOCH,
 ) -> dict[str, Any]:
     """One realistic episode record: a multi-turn solver trace and, with ``judge``, a
     non-trainable judge trace grading it.
@@ -112,22 +118,35 @@ def synthetic_episode(
     eight fails). ``target_bytes`` pads the solver's prompt until the record's compact
     JSON is that large, which is how benchmarks sweep record sizes; below the leanest
     realistic episode (about 3.5 KB: one turn, no tools, no judge) that shape is returned.
+    ``epoch`` is when the run started (epoch seconds): episode ``index`` starts about
+    ``index * EPISODE_SPACING`` seconds later.
     """
     if turns is not None and turns < 1:
         raise ValueError(f"turns must be at least 1, got {turns}")
-    record = _episode(index, seed, env, judge, turns, error, compact=False)
+    record = _episode(index, seed, env, judge, turns, error, epoch, compact=False)
     if target_bytes is None:
         return record
     if _json_size(record) > target_bytes:
         # Smaller than a typical episode was asked for: fall back to the leanest
         # realistic shape (one turn, no tools, no judge) before padding.
-        record = _episode(index, seed, env, False, 1, error, compact=True)
+        record = _episode(index, seed, env, False, 1, error, epoch, compact=True)
     _pad_to(record, target_bytes)
     return record
 
 
-def synthetic_episodes(count: int, *, seed: int = 0, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """``count`` episodes in arrival order; the keyword arguments go to each one."""
+def synthetic_episodes(
+    count: int, *, seed: int = 0, ending_at: float | Literal["now"] | None = None, **kwargs: Any
+) -> Iterator[dict[str, Any]]:
+    """``count`` episodes in arrival order; the keyword arguments go to each one.
+
+    ``ending_at`` (epoch seconds, or ``"now"``) dates the run so that its last
+    episode ends about then: what a demo shown in a tracing backend wants, since
+    those open on recent traces. Without it the dates are the fixed ones.
+    """
+    if ending_at is not None:
+        end = time.time() if ending_at == "now" else float(ending_at)
+        # An episode takes up to about a minute past its start (turns, judge).
+        kwargs["epoch"] = float(int(end - count * EPISODE_SPACING - 60.0))
     for index in range(count):
         yield synthetic_episode(index, seed=seed, **kwargs)
 
@@ -139,6 +158,7 @@ def _episode(
     judge: bool,
     turns: int | None,
     error: bool | None,
+    epoch: float,
     *,
     compact: bool,
 ) -> dict[str, Any]:
@@ -146,7 +166,7 @@ def _episode(
     failed = rng.random() < 0.125 if error is None else error
     solver_turns = turns if turns is not None else rng.randint(1, 4)
     problem = _problem(index)
-    start = RUN_EPOCH + index * 7.25 + round(rng.uniform(0.0, 3.0), 3)
+    start = epoch + index * EPISODE_SPACING + round(rng.uniform(0.0, 3.0), 3)
     episode_id = _hex_id(seed, index, "episode")
     task = {"type": TASK_TYPE, "data": problem}
     solver = _solver_trace(seed, index, rng, task, solver_turns, failed, start, compact)
