@@ -195,11 +195,45 @@ GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tok
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 ERROR_TYPE: Final = "error.type"
+#: Required on model-call spans by the conventions. A record does not name the
+#: provider; verifiers reaches models through OpenAI-compatible endpoints, so
+#: ``openai`` unless the trace's agent config names a ``provider``.
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+DEFAULT_PROVIDER: Final = "openai"
+#: The content-capture event of the current conventions (``event_only`` and
+#: ``span_and_event``), carried as a span event on the model-call span.
+GEN_AI_INFERENCE_DETAILS_EVENT: Final = "gen_ai.client.inference.operation.details"
+
+# --------------------------------------------------------------------------
+# OpenInference (Arize Phoenix and the backends that read its conventions).
+# Set on the episode, agent and model-call spans only when child spans are on:
+# they exist for tracing backends, and the platform reads none of them.
+# --------------------------------------------------------------------------
+
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+OPENINFERENCE_CHAIN: Final = "CHAIN"
+OPENINFERENCE_AGENT: Final = "AGENT"
+OPENINFERENCE_LLM: Final = "LLM"
+#: The episode's first prompt and final completion (an agent's, for an agent
+#: span; the call's messages as JSON, for a model call); only with content capture.
+INPUT_VALUE: Final = "input.value"
+INPUT_MIME_TYPE: Final = "input.mime_type"
+OUTPUT_VALUE: Final = "output.value"
+OUTPUT_MIME_TYPE: Final = "output.mime_type"
+OPENINFERENCE_AGENT_NAME: Final = "agent.name"
+LLM_MODEL_NAME: Final = "llm.model_name"
+LLM_PROVIDER: Final = "llm.provider"
+LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
+LLM_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
+LLM_TOKEN_COUNT_TOTAL: Final = "llm.token_count.total"
 
 #: The switch every GenAI instrumentation honours: prompts and completions can
 #: hold personal or secret data, so they stay off spans unless asked for. The
 #: episode record always carries them; this only governs the child spans.
 CAPTURE_MESSAGE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+#: ``gen_ai_latest_experimental`` makes the GenAI utilities take only
+#: ``span_only``, ``event_only``, ``span_and_event`` and ``no_content`` above.
+SEMCONV_STABILITY_OPT_IN_ENV: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
 
 # --------------------------------------------------------------------------
 # Blob transport.

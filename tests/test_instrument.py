@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcesso
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-from opentelemetry.trace import StatusCode, Tracer
+from opentelemetry.trace import SpanKind, StatusCode, Tracer
 
 from prime_runs_otel import semconv as sc
 from prime_runs_otel._json import dumps_record
@@ -310,6 +310,8 @@ def test_episode_span_attributes_summarise_the_record(pipeline: Pipeline) -> Non
         sc.EPISODE_ERROR_COUNT: 2,
         sc.EPISODE_ERROR_TYPE: "ProviderTimeout",
         sc.EPISODE_ERROR_MESSAGE: "no response within 30s",
+        # For tracing backends (child spans are on): OpenInference's kind.
+        sc.OPENINFERENCE_SPAN_KIND: "CHAIN",
     }
     # The blob goes last, so count-based eviction takes everything else first.
     assert list(attributes)[-3:] == [
@@ -328,7 +330,9 @@ def test_agent_spans_follow_the_genai_conventions(pipeline: Pipeline) -> None:
 
     assert dict(solver.attributes or {}) == {
         sc.GEN_AI_OPERATION_NAME: "invoke_agent",
+        sc.OPENINFERENCE_SPAN_KIND: "AGENT",
         sc.GEN_AI_AGENT_NAME: "solver",
+        "agent.name": "solver",
         sc.AGENT_TRAINABLE: True,
         sc.AGENT_TRACE_ID: "trace-solver",
         sc.AGENT_STOP_CONDITION: "model_error",
@@ -353,6 +357,7 @@ def test_chat_spans_carry_model_usage_and_errors(pipeline: Pipeline) -> None:
 
     assert dict(first.attributes or {}) == {
         sc.GEN_AI_OPERATION_NAME: "chat",
+        sc.GEN_AI_PROVIDER_NAME: "openai",
         sc.GEN_AI_REQUEST_MODEL: "policy-8b",
         sc.GEN_AI_RESPONSE_MODEL: "policy-8b",
         # input tokens include cache reads, as the GenAI conventions ask
@@ -360,7 +365,17 @@ def test_chat_spans_carry_model_usage_and_errors(pipeline: Pipeline) -> None:
         sc.GEN_AI_USAGE_OUTPUT_TOKENS: 5,
         sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: 4,
         sc.GEN_AI_RESPONSE_FINISH_REASONS: ("tool_calls",),
+        # the same call as OpenInference spells it (Phoenix reads these)
+        sc.OPENINFERENCE_SPAN_KIND: "LLM",
+        sc.LLM_PROVIDER: "openai",
+        sc.LLM_MODEL_NAME: "policy-8b",
+        sc.LLM_TOKEN_COUNT_PROMPT: 14,
+        sc.LLM_TOKEN_COUNT_COMPLETION: 5,
+        sc.LLM_TOKEN_COUNT_TOTAL: 19,
     }
+    # A model call is a request to a remote service.
+    assert first.kind is SpanKind.CLIENT
+    assert by_kind(pipeline, "invoke_agent") == {SpanKind.INTERNAL}
     assert first.status.status_code is StatusCode.UNSET
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.status.description == "ProviderTimeout: no response within 30s"
@@ -483,6 +498,97 @@ def test_the_argument_overrides_the_capture_switch(
 
     captured = [sc.GEN_AI_INPUT_MESSAGES in attributes for attributes in chat_attributes(pipeline)]
     assert captured == [False, True, False, True, False, True]
+
+
+def by_kind(pipeline: Pipeline, prefix: str) -> set[SpanKind]:
+    return {span.kind for span in pipeline.spans() if span.name.startswith(prefix)}
+
+
+def test_backends_see_the_episode_s_first_prompt_and_final_completion(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, "span_only")
+    record_episode(pipeline.tracer, hand_record())
+    by_name = pipeline.by_name()
+    episode = dict(by_name["episode math"].attributes or {})
+    assert episode[sc.OPENINFERENCE_SPAN_KIND] == "CHAIN"
+    assert episode[sc.INPUT_VALUE] == "What is 6 x 7?"
+    # The solver's last call failed; its last completion was the tool call.
+    assert sc.OUTPUT_VALUE in episode
+    judge = dict(by_name["invoke_agent judge"].attributes or {})
+    assert judge[sc.OUTPUT_VALUE] == "correct"
+    first = chat_attributes(pipeline)[0]
+    assert json.loads(first[sc.INPUT_VALUE]) == json.loads(first[sc.GEN_AI_INPUT_MESSAGES])
+    assert first[sc.INPUT_MIME_TYPE] == "application/json"
+
+
+def test_without_content_capture_no_input_or_output_values(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, "no_content")
+    record_episode(pipeline.tracer, hand_record())
+    for span in pipeline.spans():
+        assert not {sc.INPUT_VALUE, sc.OUTPUT_VALUE, sc.GEN_AI_INPUT_MESSAGES} & set(
+            span.attributes or {}
+        )
+
+
+def test_without_child_spans_the_episode_span_stays_lean(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, "span_only")
+    record_episode(pipeline.tracer, hand_record(), child_spans=False)
+    [episode] = pipeline.spans()
+    assert not {sc.OPENINFERENCE_SPAN_KIND, sc.INPUT_VALUE, sc.OUTPUT_VALUE} & set(
+        episode.attributes or {}
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "on_span", "on_event"),
+    [
+        ("span_only", True, False),
+        ("SPAN_AND_EVENT", True, True),
+        ("event_only", False, True),
+        ("no_content", False, False),
+        ("true", True, False),
+        ("false", False, False),
+        ("", False, False),
+    ],
+)
+def test_every_capture_value_the_genai_utilities_take(
+    pipeline: Pipeline,
+    monkeypatch: pytest.MonkeyPatch,
+    value: str,
+    on_span: bool,
+    on_event: bool,
+) -> None:
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, value)
+    record_episode(pipeline.tracer, hand_record())
+    chats = sorted(
+        (span for span in pipeline.spans() if span.name.startswith("chat")),
+        key=lambda span: span.start_time or 0,
+    )
+    first = chats[0]
+    assert (sc.GEN_AI_INPUT_MESSAGES in (first.attributes or {})) is on_span
+    events = [event for event in first.events if event.name == sc.GEN_AI_INFERENCE_DETAILS_EVENT]
+    assert bool(events) is on_event
+    if on_event:
+        [event] = events
+        assert json.loads(str((event.attributes or {})[sc.GEN_AI_OUTPUT_MESSAGES]))[0]["parts"]
+
+
+def test_an_unknown_capture_value_captures_nothing_and_says_so(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, "spans-please")
+    record_episode(pipeline.tracer, hand_record())
+    record_episode(pipeline.tracer, {**hand_record(), "id": "episode-2"})
+    assert not any(sc.GEN_AI_INPUT_MESSAGES in a for a in chat_attributes(pipeline))
+    warnings = [r for r in caplog.records if "spans-please" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "span_only" in warnings[0].getMessage()
 
 
 def test_image_parts_become_uri_parts(pipeline: Pipeline) -> None:

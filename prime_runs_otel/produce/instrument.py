@@ -36,6 +36,7 @@ from ..errors import ConfigError, RecordError
 __all__ = [
     "MAX_CONFIG_SOURCE_BYTES",
     "capture_content_enabled",
+    "capture_content_mode",
     "clean_metric_values",
     "emit_metrics",
     "emit_run_end",
@@ -54,7 +55,27 @@ logger = logging.getLogger(__name__)
 MAX_CONFIG_SOURCE_BYTES = 256 * 1024
 
 _CONFIG_FORMATS = {".toml": "toml", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
-_TRUTHY = frozenset({"true", "1", "yes", "on", "span_only", "span_and_event"})
+#: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` → (on the span, on an
+#: event). The current GenAI utilities take the first four (and only them once
+#: ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``); the older
+#: true/false spelling is taken everywhere, since refusing it captures nothing.
+_CAPTURE_MODES: dict[str, tuple[bool, bool]] = {
+    "span_only": (True, False),
+    "event_only": (False, True),
+    "span_and_event": (True, True),
+    "no_content": (False, False),
+    "true": (True, False),
+    "1": (True, False),
+    "yes": (True, False),
+    "on": (True, False),
+    "false": (False, False),
+    "0": (False, False),
+    "no": (False, False),
+    "off": (False, False),
+    "": (False, False),
+}
+_NO_CAPTURE = (False, False)
+_warned_capture_values: set[str] = set()
 _TIMING_STAGES = ("boot", "setup", "agent", "finalize", "scoring")
 _ERROR_STATUSES = frozenset({"failed", "crashed"})
 _EMPTY: Mapping[str, Any] = {}
@@ -395,9 +416,27 @@ def score_episode(
 
 
 def capture_content_enabled() -> bool:
-    """Whether message content goes on model-call spans (the GenAI switch)."""
-    value = os.environ.get(sc.CAPTURE_MESSAGE_CONTENT_ENV, "")
-    return value.strip().lower() in _TRUTHY
+    """Whether message content goes on model-call spans or their events (the GenAI switch)."""
+    return capture_content_mode() != _NO_CAPTURE
+
+
+def capture_content_mode() -> tuple[bool, bool]:
+    """``(on spans, on events)`` as ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+    says. An unknown value captures nothing, and says so once: content is
+    personal data, so a typo must not turn it on, nor silently leave it off."""
+    raw = os.environ.get(sc.CAPTURE_MESSAGE_CONTENT_ENV, "").strip().lower()
+    mode = _CAPTURE_MODES.get(raw)
+    if mode is not None:
+        return mode
+    if raw not in _warned_capture_values:
+        _warned_capture_values.add(raw)
+        logger.warning(
+            "%s=%r is not a value prime-runs-otel knows: message content stays off the "
+            "spans. Use span_only, event_only, span_and_event or no_content (or true/false).",
+            sc.CAPTURE_MESSAGE_CONTENT_ENV,
+            raw,
+        )
+    return _NO_CAPTURE
 
 
 def record_episode(
@@ -415,7 +454,10 @@ def record_episode(
     spans; the record on the episode span always holds the full messages.
     ``child_spans=False`` emits the episode span alone: the platform reads
     only the record, so the agent and model-call spans are worth their cost
-    (most of this function's) only when a tracing backend shows them.
+    (most of this function's) only when a tracing backend shows them. With
+    child spans on, the episode span also gets what those backends read
+    (OpenInference's span kind, and with content capture the first prompt and
+    the final completion as ``input.value``/``output.value``).
     """
     record = _as_record(episode)
     try:
@@ -425,7 +467,10 @@ def record_episode(
             f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
             "holds only str/int/float/bool/None/list/dict values"
         ) from exc
-    capture = capture_content_enabled() if capture_content is None else capture_content
+    if capture_content is None:
+        capture = capture_content_mode() if child_spans else _NO_CAPTURE
+    else:
+        capture = (True, False) if capture_content else _NO_CAPTURE
     traces: list[Any] = record["traces"]
     trace_windows = [_trace_window(_mapping(item)) for item in traces]
     window = _episode_window(trace_windows)
@@ -440,6 +485,8 @@ def record_episode(
                 agent = _mapping(item)
                 _emit_agent(tracer, parent, agent, _fill(trace_window, window), capture)
         attributes, error = _episode_attributes(record, traces)
+        if child_spans:
+            _put_backend_view(attributes, record, traces, capture != _NO_CAPTURE)
         span.set_attributes(attributes)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
@@ -495,6 +542,51 @@ def _summary_trace(traces: list[Any]) -> Mapping[str, Any] | None:
         if agent.get("trainable", True):
             return _mapping(item)
     return _mapping(traces[0]) if traces else None
+
+
+def _put_backend_view(
+    attributes: Attributes, record: Mapping[str, Any], traces: list[Any], content: bool
+) -> None:
+    """What tracing backends show for a whole episode: its kind, and with
+    content capture on its first prompt and its final completion."""
+    attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OPENINFERENCE_CHAIN
+    if content:
+        _put_io(attributes, _summary_trace(traces) or _EMPTY, record)
+
+
+def _put_io(
+    attributes: Attributes, trace: Mapping[str, Any], record: Mapping[str, Any] = _EMPTY
+) -> None:
+    """``input.value``: the first user message (else the task's prompt);
+    ``output.value``: what the last model call produced."""
+    nodes = trace.get("nodes")
+    nodes = nodes if isinstance(nodes, list) else []
+    prompt = next(
+        (
+            _content_text(_mapping(_mapping(node).get("message")).get("content"))
+            for node in nodes
+            if _mapping(_mapping(node).get("message")).get("role") == "user"
+        ),
+        None,
+    )
+    if prompt is None:
+        task = _mapping(trace.get("task")) or _mapping(record.get("task"))
+        given = _mapping(task.get("data")).get("prompt")
+        prompt = _content_text(given) if given is not None else None
+    if prompt:
+        attributes[sc.INPUT_VALUE] = prompt
+        attributes[sc.INPUT_MIME_TYPE] = "text/plain"
+    calls = trace.get("calls")
+    last = _mapping(calls[-1]) if isinstance(calls, list) and calls else _EMPTY
+    index = last.get("node")
+    if _is_int(index) and 0 <= index < len(nodes):
+        message = _mapping(_mapping(nodes[index]).get("message"))
+        completion = _content_text(message.get("content"))
+        if not completion and message.get("tool_calls"):
+            completion = _dumps(message["tool_calls"])
+        if completion:
+            attributes[sc.OUTPUT_VALUE] = completion
+            attributes[sc.OUTPUT_MIME_TYPE] = "text/plain"
 
 
 def _episode_attributes(
@@ -557,15 +649,23 @@ def _token_total(record: Mapping[str, Any], traces: list[Any], side: str) -> int
 
 
 def _emit_agent(
-    tracer: Tracer, parent: Context, trace: Mapping[str, Any], window: Window, capture: bool
+    tracer: Tracer,
+    parent: Context,
+    trace: Mapping[str, Any],
+    window: Window,
+    capture: tuple[bool, bool],
 ) -> None:
     agent = _mapping(trace.get("agent"))
     name = agent.get("name") if isinstance(agent.get("name"), str) else None
     attributes: Attributes = {
         sc.GEN_AI_OPERATION_NAME: sc.OPERATION_INVOKE_AGENT,
+        sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_AGENT,
         sc.AGENT_TRAINABLE: bool(agent.get("trainable", True)),
     }
     _put_str(attributes, sc.GEN_AI_AGENT_NAME, name)
+    _put_str(attributes, sc.OPENINFERENCE_AGENT_NAME, name)
+    if capture != _NO_CAPTURE:
+        _put_io(attributes, trace)
     _put_str(attributes, sc.AGENT_TRACE_ID, trace.get("id"))
     _put_str(attributes, sc.AGENT_STOP_CONDITION, trace.get("stop_condition"))
     _put_int(attributes, sc.GEN_AI_USAGE_INPUT_TOKENS, trace.get("num_input_tokens"))
@@ -581,9 +681,11 @@ def _emit_agent(
     calls = trace.get("calls")
     if isinstance(calls, list) and calls:
         context = trace_api.set_span_in_context(span)
-        nodes = trace.get("nodes") if capture else None
+        nodes = trace.get("nodes") if capture != _NO_CAPTURE else None
+        provider = agent.get("provider") or _mapping(agent.get("config")).get("provider")
+        provider = provider if isinstance(provider, str) and provider else sc.DEFAULT_PROVIDER
         for call in calls:
-            _emit_call(tracer, context, _mapping(call), window, nodes)
+            _emit_call(tracer, context, _mapping(call), window, nodes, capture, provider)
     span.end(end_time=window[1])
 
 
@@ -620,26 +722,47 @@ def _emit_call(
     call: Mapping[str, Any],
     window: Window,
     nodes: Any,
+    capture: tuple[bool, bool],
+    provider: str,
 ) -> None:
     model = call.get("model") if isinstance(call.get("model"), str) else None
-    attributes: Attributes = {sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT}
+    attributes: Attributes = {
+        sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+        sc.GEN_AI_PROVIDER_NAME: provider,
+        sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_LLM,
+        sc.LLM_PROVIDER: provider,
+    }
     if model:
         attributes[sc.GEN_AI_REQUEST_MODEL] = model
         attributes[sc.GEN_AI_RESPONSE_MODEL] = model
+        attributes[sc.LLM_MODEL_NAME] = model
     _put_usage(attributes, _mapping(call.get("usage")))
     finish_reason = call.get("finish_reason")
     if isinstance(finish_reason, str):
         attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = (finish_reason,)
     error = _mapping(call.get("error"))
     _put_str(attributes, sc.ERROR_TYPE, error.get("type"))
+    messages: Attributes = {}
     if isinstance(nodes, list):
-        _put_messages(attributes, nodes, call.get("node"), finish_reason, bool(error))
+        _put_messages(messages, nodes, call.get("node"), finish_reason, bool(error))
+    if messages and capture[0]:
+        attributes.update(messages)
+        attributes[sc.INPUT_VALUE] = messages[sc.GEN_AI_INPUT_MESSAGES]
+        attributes[sc.INPUT_MIME_TYPE] = "application/json"
+        attributes[sc.OUTPUT_VALUE] = messages[sc.GEN_AI_OUTPUT_MESSAGES]
+        attributes[sc.OUTPUT_MIME_TYPE] = "application/json"
     call_time = _mapping(call.get("time"))
     start = _ns(call_time.get("start")) or window[0]
     end = max(_ns(call_time.get("end")) or window[1], start)
     span = tracer.start_span(
-        sc.chat_span_name(model), context=parent, start_time=start, attributes=attributes
+        sc.chat_span_name(model),
+        context=parent,
+        kind=trace_api.SpanKind.CLIENT,
+        start_time=start,
+        attributes=attributes,
     )
+    if messages and capture[1]:
+        span.add_event(sc.GEN_AI_INFERENCE_DETAILS_EVENT, messages, timestamp=end)
     if error:
         span.set_status(Status(StatusCode.ERROR, _error_text(error) or "model call failed"))
     span.end(end_time=end)
@@ -655,6 +778,13 @@ def _put_usage(attributes: Attributes, usage: Mapping[str, Any]) -> None:
     _put_int(attributes, sc.GEN_AI_USAGE_OUTPUT_TOKENS, usage.get("completion_tokens"))
     _put_int(attributes, sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cached)
     _put_int(attributes, sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, usage.get("reasoning_tokens"))
+    fed, produced = attributes.get(sc.GEN_AI_USAGE_INPUT_TOKENS), usage.get("completion_tokens")
+    if fed is not None:
+        attributes[sc.LLM_TOKEN_COUNT_PROMPT] = fed
+    if _is_int(produced):
+        attributes[sc.LLM_TOKEN_COUNT_COMPLETION] = int(produced)
+        if fed is not None:
+            attributes[sc.LLM_TOKEN_COUNT_TOTAL] = fed + int(produced)
 
 
 # ---------------------------------------------------------------------------
