@@ -593,6 +593,34 @@ def test_in_process_an_episode_is_released_when_it_arrives() -> None:
     assert len(buffer) == 0 and buffer.pending_episodes == 0
 
 
+def test_episodes_whose_calls_carry_no_messages_are_reported_once_per_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What openai-v2 emits under gen_ai_latest_experimental when the capture
+    # switch says `true`: usage, and no messages.
+    buffer = SpanTreeBuffer()
+    for root_id in (10, 20, 30):
+        root, agent, _ = _tree(root_id)
+        bare = span(
+            root_id + 2,
+            root_id + 1,
+            {sc.GEN_AI_OPERATION_NAME: "chat", sc.GEN_AI_USAGE_INPUT_TOKENS: 9},
+        )
+        if root_id == 30:  # another run
+            root = replace(root, resource={sc.RUN_ID: "other-run"})
+        _feed(buffer, [bare, agent, root])
+    root, agent, call = _tree(40)
+    _feed(buffer, [call, agent, root])  # with messages: nothing to say
+    assert len(buffer.release()) == 4
+    assert buffer.stats.episodes_without_messages == 3
+    warnings = [
+        r.getMessage() for r in caplog.records if "no prompts or completions" in r.getMessage()
+    ]
+    assert len(warnings) == 2
+    assert "local-run" in warnings[0] and "other-run" in warnings[1]
+    assert "span_only" in warnings[0] and "gen_ai_latest_experimental" in warnings[0]
+
+
 def test_behind_a_collector_stragglers_are_waited_for_then_counted() -> None:
     clock = Clock()
     buffer = SpanTreeBuffer(settle_seconds=5.0, clock=clock)

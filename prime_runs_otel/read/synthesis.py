@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -44,6 +45,8 @@ __all__ = [
     "is_model_call",
     "synthesize_record",
 ]
+
+logger = logging.getLogger(__name__)
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -1167,6 +1170,9 @@ class BufferStats:
     unclaimed_model_calls: int = 0
     #: Spans dropped to stay within the memory bound.
     evicted_spans: int = 0
+    #: Episodes whose model calls carried no messages (content capture off in
+    #: the instrumentation): their records have usage but no conversation.
+    episodes_without_messages: int = 0
 
 
 @dataclass
@@ -1199,6 +1205,8 @@ class SpanTreeBuffer:
     #: Released span ids remembered, to tell a late straggler from a span
     #: that belongs to nothing.
     _MAX_REMEMBERED = 200_000
+    #: Runs already told that their model calls carry no messages.
+    _MAX_WARNED_RUNS = 1_000
 
     def __init__(
         self,
@@ -1220,6 +1228,7 @@ class SpanTreeBuffer:
         self._forced: list[SpanTree] = []
         self._released: OrderedDict[tuple[int, int], _Released] = OrderedDict()
         self._incomplete: OrderedDict[tuple[int, int], None] = OrderedDict()
+        self._warned_runs: OrderedDict[str, None] = OrderedDict()
 
     def __len__(self) -> int:
         """Spans held now."""
@@ -1299,7 +1308,35 @@ class SpanTreeBuffer:
         self._remember(trace_id, [span_id, *members], (trace_id, span_id))
         if not complete:
             self._mark_incomplete((trace_id, span_id))
+        self._check_content(episode, spans)
         return SpanTree(episode, spans, complete)
+
+    def _check_content(self, episode: UnrecordedEpisode, spans: Sequence[SpanView]) -> None:
+        """Model calls without messages make a record with usage and no
+        conversation: the platform stores it, and nobody would notice. Said
+        once per run, since every episode of the run will be the same."""
+        calls = [view for view in (episode.view, *spans) if is_model_call(view)]
+        if not calls or any(_carries_messages(view) for view in calls):
+            return
+        self.stats.episodes_without_messages += 1
+        run = str(episode.view.resource.get(sc.RUN_ID) or "")
+        if run in self._warned_runs:
+            return
+        self._warned_runs[run] = None
+        while len(self._warned_runs) > self._MAX_WARNED_RUNS:
+            self._warned_runs.popitem(last=False)
+        logger.warning(
+            "Run %s: episode %s has %d model call(s) and none carries its messages, so its "
+            "record holds token usage but no prompts or completions. Turn on content capture "
+            "in the instrumentation: %s=span_only (with %s=gen_ai_latest_experimental the "
+            "GenAI instrumentations take only span_only, span_and_event, event_only or "
+            "no_content, and `true` captures nothing). Said once per run.",
+            run or "(no run)",
+            episode.episode_id,
+            len(calls),
+            sc.CAPTURE_MESSAGE_CONTENT_ENV,
+            sc.SEMCONV_STABILITY_OPT_IN_ENV,
+        )
 
     def _expire(self, trace_id: int, state: _TraceState, now: float, flush: bool) -> None:
         if state.roots:
@@ -1359,6 +1396,20 @@ class SpanTreeBuffer:
         for member in members:
             if state.spans.pop(member, None) is not None:
                 self._held -= 1
+
+
+_MESSAGE_PREFIXES = (
+    sc.GEN_AI_INPUT_MESSAGES,
+    sc.GEN_AI_OUTPUT_MESSAGES,
+    "llm.input_messages.",
+    "llm.output_messages.",
+    _OPENLLMETRY_PROMPT + ".",
+    _OPENLLMETRY_COMPLETION + ".",
+)
+
+
+def _carries_messages(view: SpanView) -> bool:
+    return any(key.startswith(_MESSAGE_PREFIXES) for key in view.attributes)
 
 
 def _subtree(root_id: int, spans: Mapping[int, SpanView]) -> list[int]:
