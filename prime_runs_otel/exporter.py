@@ -23,7 +23,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .config import Settings, resolve_settings
+from .config import Settings, env_flag, resolve_settings
 from .deliver.spool import RunRow, Spool, process_alive
 from .deliver.uploader import Uploader
 from .read.ingest import Grouped, group_by_run
@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 #: How long ``shutdown()`` lets delivery drain: bounded, as the SDK expects
 #: of every exporter; whatever is left is delivered by the next process.
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+
+#: ``true``: plain instrumented code that marks no episodes gets one episode
+#: per root trace holding model calls (``root_traces_as_episodes=True``).
+ROOT_TRACES_AS_EPISODES_ENV = "PRIME_RUNS_OTEL_ROOT_TRACES_AS_EPISODES"
 
 
 class PrimeRunsSpanExporter(SpanExporter):
@@ -48,6 +52,11 @@ class PrimeRunsSpanExporter(SpanExporter):
     (an inference worker of a training run): it never ends a run at
     shutdown, so the run ends with its owner, or is found crashed once every
     process feeding it is gone.
+
+    ``root_traces_as_episodes=True`` (or ``PRIME_RUNS_OTEL_ROOT_TRACES_AS_EPISODES``)
+    is for instrumented code without episode spans: each root trace that holds
+    model calls becomes an episode. Without it such model calls are no
+    episode, and a warning says so.
     """
 
     def __init__(
@@ -57,13 +66,18 @@ class PrimeRunsSpanExporter(SpanExporter):
         deliver: bool = True,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         ends_runs: bool = True,
+        root_traces_as_episodes: bool | None = None,
         **overrides: Any,
     ) -> None:
         self.settings = settings or resolve_settings(**overrides)
         self._shutdown_timeout = shutdown_timeout
         self._ends_runs = ends_runs
+        if root_traces_as_episodes is None:
+            root_traces_as_episodes = bool(env_flag(ROOT_TRACES_AS_EPISODES_ENV))
         # Spans of other instrumentations wait here for their episode span.
-        self._trees = SpanTreeBuffer()
+        self._trees = SpanTreeBuffer(root_traces_as_episodes=root_traces_as_episodes)
+        self._reported_unclaimed = 0
+        self._quiet_until = 0.0
         self._trees_lock = threading.Lock()
         self._disabled = self.settings.mode == "disabled"
         self._spool: Spool | None = None
@@ -98,7 +112,31 @@ class PrimeRunsSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         with self._trees_lock:
             grouped = group_by_run((from_readable_span(span) for span in spans), trees=self._trees)
+            self._report_unclaimed()
         return self._commit(grouped, len(spans))
+
+    #: Unclaimed model calls are reported at most this often (seconds): an
+    #: application whose other traces share the provider would flood the log.
+    UNCLAIMED_REPORT_INTERVAL = 60.0
+
+    def _report_unclaimed(self, *, final: bool = False) -> None:
+        """Model calls under no episode span make no episode: a run fed only
+        those would close "completed, 0 episodes" without a word otherwise."""
+        total = self._trees.stats.unclaimed_model_calls
+        new = total - self._reported_unclaimed
+        now = time.monotonic()
+        if new <= 0 or (now < self._quiet_until and not final):
+            return
+        self._reported_unclaimed = total
+        self._quiet_until = now + self.UNCLAIMED_REPORT_INTERVAL
+        logger.warning(
+            "%d model-call span(s) arrived under no episode span and make no episode (%d so "
+            "far). Wrap each rollout in prime_runs_otel.episode_span(...), or set %s=true to "
+            "make each root trace with model calls an episode.",
+            new,
+            total,
+            ROOT_TRACES_AS_EPISODES_ENV,
+        )
 
     def _commit(self, grouped: Grouped, span_count: int) -> SpanExportResult:
         assert self._spool is not None
@@ -152,6 +190,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         with self._trees_lock:
             # Episodes still waiting for spans go out with what arrived.
             self._commit(group_by_run((), trees=self._trees, flush=True), 0)
+            self._report_unclaimed(final=True)
         self._end_abandoned_runs()
         deadline = time.monotonic() + self._shutdown_timeout
         with self._seen_lock:

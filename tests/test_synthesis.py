@@ -649,11 +649,37 @@ def test_spans_under_no_episode_are_let_go_and_model_calls_counted() -> None:
         span(3, None, {"http.method": "GET"}, trace=TRACE + 1),
     ]
     _feed(buffer, stray)
+    # In process a root span ends last: once it is in, its trace is let go.
+    assert buffer.release() == [] and len(buffer) == 1
     clock.now = 29.0
-    assert buffer.release() == [] and len(buffer) == 2
+    assert buffer.release() == [] and len(buffer) == 1
     clock.now = 31.0
     assert buffer.release() == [] and len(buffer) == 0
     assert buffer.stats.unclaimed_model_calls == 1
+
+
+def test_behind_a_collector_root_traces_can_stand_in_for_episodes() -> None:
+    clock = Clock()
+    buffer = SpanTreeBuffer(settle_seconds=5.0, root_traces_as_episodes=True, clock=clock)
+    request = span(1, None, {"http.route": "/ask"}, trace=TRACE)
+    call = genai_call(2, 1, [text("user", "q")], text("assistant", "a"), start=1.0)
+    marked_root, marked_agent, marked_call = _tree(10)  # a marked episode inside it
+    marked_root = replace(marked_root, parent_span_id=1)
+    quiet = span(30, None, {"http.route": "/health"}, trace=TRACE + 1)
+    _feed(buffer, [request, quiet, marked_call, marked_root])
+    clock.now = 2.0
+    _feed(buffer, [call, marked_agent])  # stragglers, within the settle time
+    clock.now = 6.0
+    trees = buffer.release()
+    # The marked episode keeps its own calls; the root trace the rest; the
+    # health check holds no model call and is no episode.
+    assert [tree.root.view.span_id for tree in trees] == [10, 1]
+    assert sorted(view.span_id for view in trees[0].spans) == [11, 12]
+    assert [view.span_id for view in trees[1].spans] == [2]
+    record = synthesize(trees[1].root.view, trees[1].spans)
+    assert record["task"]["data"]["idx"] == 0
+    assert record["task"]["data"]["prompt"] == "q"
+    assert buffer.stats.unclaimed_model_calls == 0 and len(buffer) == 0
 
 
 def test_memory_is_bounded_and_an_evicted_episode_is_released_incomplete() -> None:

@@ -31,7 +31,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import semconv as sc
@@ -1180,6 +1180,9 @@ class _TraceState:
     spans: dict[int, SpanView] = field(default_factory=dict)
     roots: dict[int, tuple[UnrecordedEpisode, float]] = field(default_factory=dict)
     last_seen: float = 0.0
+    #: The trace's root span arrived while spans end children first (in the
+    #: producer's process): nothing more can come under it.
+    closed: bool = False
 
 
 #: What a released span id stands for: the episode it was synthesised into
@@ -1200,6 +1203,11 @@ class SpanTreeBuffer:
     go after ``max_wait_seconds`` of silence, and at most ``max_spans`` are
     held: when full, the oldest trace goes first, its episodes released as
     they are.
+
+    ``root_traces_as_episodes`` is for plain instrumented code that marks no
+    episodes: each root span whose trace holds model calls becomes an episode
+    of its own (numbered as example 0, 1, 2, ... in the order they are released),
+    synthesised like any other; a root trace without model calls is no episode.
     """
 
     #: Released span ids remembered, to tell a late straggler from a span
@@ -1215,6 +1223,7 @@ class SpanTreeBuffer:
         max_wait_seconds: float = 60.0,
         max_spans: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
+        root_traces_as_episodes: bool = False,
     ) -> None:
         if settle_seconds < 0 or max_wait_seconds < 0 or max_spans < 1:
             raise ValueError("settle and wait times must be >= 0, and max_spans >= 1")
@@ -1229,6 +1238,9 @@ class SpanTreeBuffer:
         self._released: OrderedDict[tuple[int, int], _Released] = OrderedDict()
         self._incomplete: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._warned_runs: OrderedDict[str, None] = OrderedDict()
+        self.root_traces_as_episodes = root_traces_as_episodes
+        self._root_traces: set[tuple[int, int]] = set()
+        self._root_trace_count = 0
 
     def __len__(self) -> int:
         """Spans held now."""
@@ -1252,11 +1264,21 @@ class SpanTreeBuffer:
             return  # a copy of a span already used (a collector's retry): not late
         if self._late(view):
             return
+        if view.parent_span_id is None and self.root_traces_as_episodes:
+            self._add_root_trace(view)
+            return
         state = self._state(view.trace_id)
         if view.span_id not in state.spans:
             self._held += 1
         state.spans[view.span_id] = view
+        if view.parent_span_id is None and self.settle_seconds == 0:
+            state.closed = True
         self._shrink()
+
+    def _add_root_trace(self, view: SpanView) -> None:
+        """A root span standing in for an episode span (``root_traces_as_episodes``)."""
+        self._root_traces.add((view.trace_id, view.span_id))
+        self.add_episode(UnrecordedEpisode(derived_episode_id(view), view))
 
     def add_episode(self, episode: UnrecordedEpisode) -> None:
         """An episode span whose record is to be synthesised."""
@@ -1286,11 +1308,33 @@ class SpanTreeBuffer:
         ready, self._forced = self._forced, []
         for trace_id in list(self._traces):
             state = self._traces[trace_id]
-            for span_id, (episode, arrived) in list(state.roots.items()):
+            # Marked episodes first: a root trace standing in for an episode
+            # keeps only what no marked episode under it claimed.
+            held = sorted(
+                state.roots.items(), key=lambda item: (trace_id, item[0]) in self._root_traces
+            )
+            for span_id, (episode, arrived) in held:
                 if flush or now - arrived >= self.settle_seconds:
                     ready.append(self._take(trace_id, state, span_id, episode, complete=True))
             self._expire(trace_id, state, now, flush)
-        return ready
+        episodes = (self._as_episode(tree) for tree in ready)
+        return [tree for tree in episodes if tree is not None]
+
+    def _as_episode(self, tree: SpanTree) -> SpanTree | None:
+        """A root trace is an episode only when it holds model calls; those
+        are numbered as examples in the order they are released."""
+        view = tree.root.view
+        key = (view.trace_id, view.span_id)
+        if key not in self._root_traces:
+            return tree
+        self._root_traces.discard(key)
+        if not (is_model_call(view) or any(map(is_model_call, tree.spans))):
+            return None
+        numbered = replace(
+            view, attributes={**view.attributes, sc.EPISODE_EXAMPLE_ID: self._root_trace_count}
+        )
+        self._root_trace_count += 1
+        return replace(tree, root=UnrecordedEpisode(tree.root.episode_id, numbered))
 
     def _take(
         self,
@@ -1341,7 +1385,12 @@ class SpanTreeBuffer:
     def _expire(self, trace_id: int, state: _TraceState, now: float, flush: bool) -> None:
         if state.roots:
             return
-        if flush or not state.spans or now - state.last_seen >= self.max_wait_seconds:
+        if (
+            flush
+            or state.closed
+            or not state.spans
+            or now - state.last_seen >= self.max_wait_seconds
+        ):
             self.stats.unclaimed_model_calls += sum(map(is_model_call, state.spans.values()))
             self._held -= len(state.spans)
             del self._traces[trace_id]
