@@ -22,6 +22,7 @@ from .produce.instrument import (
     score_episode,
 )
 from .run import Run, RunFinishedError, RunResult, start_run
+from .tracing import TracingExporter
 
 __all__ = [
     "ConfigError",
@@ -32,6 +33,7 @@ __all__ = [
     "RunFinishedError",
     "RunResult",
     "Settings",
+    "TracingExporter",
     "emit_metrics",
     "emit_run_end",
     "emit_run_start",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from .config import Settings, env_flag, resolve_settings
 from .errors import ConfigError, PrimeRunsOtelError
@@ -33,6 +33,7 @@ from .produce.instrument import (
     run_resource,
 )
 from .read.projection import parquet_available
+from .tracing import TracingExporter
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +221,21 @@ class Run:
         """The run's provider, for instrumentations that take one (their
         spans then carry the run's Resource)."""
         return self._provider
+
+    def add_exporter(self, exporter: SpanExporter, **limits: int) -> BatchSpanProcessor:
+        """Send the run's spans to a tracing backend as well (Jaeger, Tempo,
+        Phoenix, any OTLP endpoint), without the episode records and the run
+        config, in batches under the OTLP limits: see :class:`TracingExporter`
+        (``limits`` are its ``max_batch_bytes`` and ``max_value_chars``).
+
+        The run then emits agent and model-call spans under each episode (the
+        backend shows the rollout), unless ``child_spans=False`` said otherwise.
+        """
+        if not isinstance(exporter, TracingExporter):
+            exporter = TracingExporter(exporter, **limits)
+        processor = BatchSpanProcessor(exporter)
+        self._provider.add_span_processor(processor)
+        return processor
 
     @property
     def settings(self) -> Settings:
