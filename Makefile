@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck bench bench-quick clean otelcol
+.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,5 +53,19 @@ bench-quick: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py --quick
 
+# A run as Arize Phoenix shows it (not part of `make test`): Phoenix is large,
+# so it gets a virtualenv of its own.
+PHOENIX_VENV := .venv-phoenix
+PHOENIX := $(PHOENIX_VENV)/.installed
+
+$(PHOENIX):
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet 'arize-phoenix>=20,<21'
+	@touch $(PHOENIX)
+
+check-backends: $(TESTING) $(PHOENIX)
+	$(BIN)/python bench/check_backends.py --phoenix $(PHOENIX_VENV)/bin/phoenix
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache
