@@ -7,19 +7,22 @@ backend on loopback that refuses oversized requests as a collector does."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import prime_runs_otel as pro
 from prime_runs_otel import semconv as sc
 from prime_runs_otel.produce.synthetic import synthetic_episodes
-from prime_runs_otel.tracing import DEFAULT_MAX_VALUE_CHARS
+from prime_runs_otel.tracing import DEFAULT_MAX_VALUE_CHARS, LEFT_OUT
 
 #: The stand-in backend refuses larger requests (a collector's gRPC receiver
 #: stops at 4 MiB by default; its HTTP receiver has a limit of its own).
@@ -172,3 +175,56 @@ def test_a_plain_otlp_exporter_beside_it_loses_the_run(
 def test_the_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         pro.TracingExporter(OTLPSpanExporter(), max_batch_bytes=0)
+
+
+class _Kept(SpanExporter):
+    """The wrapped exporter: keeps each call's spans."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[ReadableSpan]] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.calls.append(list(spans))
+        return SpanExportResult.SUCCESS
+
+
+_VALUES = st.one_of(
+    st.text(max_size=3000),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.lists(st.text(max_size=1500), max_size=4).map(tuple),
+)
+_KEYS = st.one_of(st.sampled_from(sorted(LEFT_OUT)), st.text(min_size=1, max_size=20))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.dictionaries(_KEYS, _VALUES, max_size=8), max_size=30))
+def test_no_span_is_lost_blobs_never_pass_and_batches_keep_the_budget(
+    attribute_sets: list[dict[str, Any]],
+) -> None:
+    kept = _Kept()
+    exporter = pro.TracingExporter(kept, max_batch_bytes=4000, max_value_chars=1000)
+    spans = [
+        ReadableSpan(name=f"s{index}", attributes=attributes, start_time=1, end_time=2)
+        for index, attributes in enumerate(attribute_sets)
+    ]
+    assert exporter.export(spans) is SpanExportResult.SUCCESS
+
+    sent = [span for call in kept.calls for span in call]
+    assert [span.name for span in sent] == [span.name for span in spans]  # all, in order
+    for call in kept.calls:
+        assert call
+        if len(call) > 1:  # only a span over the budget on its own goes alone
+            assert sum(exporter._slim(span)[1] for span in call) <= 4000
+    for original, out in zip(spans, sent, strict=True):
+        given_attributes = dict(original.attributes or {})
+        attributes = dict(out.attributes or {})
+        assert not LEFT_OUT & set(attributes)
+        assert set(attributes) == set(given_attributes) - LEFT_OUT
+        for key, value in attributes.items():
+            if isinstance(value, str):
+                assert len(value) <= 1000 + len("…[truncated by prime-runs-otel]")
+                assert given_attributes[key].startswith(value.split("…[truncated")[0])
+            elif not isinstance(value, tuple):
+                assert value == given_attributes[key]
