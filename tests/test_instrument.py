@@ -572,6 +572,8 @@ def test_every_capture_value_the_genai_utilities_take(
     )
     first = chats[0]
     assert (sc.GEN_AI_INPUT_MESSAGES in (first.attributes or {})) is on_span
+    episode = pipeline.by_name()["episode math"]
+    assert (sc.INPUT_VALUE in (episode.attributes or {})) is on_span
     events = [event for event in first.events if event.name == sc.GEN_AI_INFERENCE_DETAILS_EVENT]
     assert bool(events) is on_event
     if on_event:

@@ -486,7 +486,7 @@ def record_episode(
                 _emit_agent(tracer, parent, agent, _fill(trace_window, window), capture)
         attributes, error = _episode_attributes(record, traces)
         if child_spans:
-            _put_backend_view(attributes, record, traces, capture != _NO_CAPTURE)
+            _put_backend_view(attributes, record, traces, capture[0])
         span.set_attributes(attributes)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
@@ -664,7 +664,7 @@ def _emit_agent(
     }
     _put_str(attributes, sc.GEN_AI_AGENT_NAME, name)
     _put_str(attributes, sc.OPENINFERENCE_AGENT_NAME, name)
-    if capture != _NO_CAPTURE:
+    if capture[0]:
         _put_io(attributes, trace)
     _put_str(attributes, sc.AGENT_TRACE_ID, trace.get("id"))
     _put_str(attributes, sc.AGENT_STOP_CONDITION, trace.get("stop_condition"))
