@@ -27,7 +27,12 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import semconv as sc
 
-__all__ = ["DEFAULT_MAX_BATCH_BYTES", "DEFAULT_MAX_VALUE_CHARS", "TracingExporter"]
+__all__ = [
+    "DEFAULT_MAX_BATCH_BYTES",
+    "DEFAULT_MAX_VALUE_CHARS",
+    "OTLPTracingExporter",
+    "TracingExporter",
+]
 
 #: A collector's OTLP/gRPC receiver takes messages up to 4 MiB unless told
 #: otherwise; staying under it keeps every default OTLP hop open.
@@ -148,6 +153,21 @@ class TracingExporter(SpanExporter):
             used += size
         if batch:
             yield batch
+
+
+class OTLPTracingExporter(TracingExporter):
+    """OTLP/HTTP to a tracing backend, configured by the standard
+    ``OTEL_EXPORTER_OTLP_*`` variables, without the platform's payloads.
+
+    For zero-code set-ups, which name exporters instead of building them:
+    ``OTEL_TRACES_EXPORTER=prime_runs,otlp_without_records`` feeds the platform
+    and a tracing backend from the same spans.
+    """
+
+    def __init__(self) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        super().__init__(OTLPSpanExporter())
 
 
 def _value_size(value: Any) -> int:

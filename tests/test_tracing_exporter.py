@@ -6,9 +6,13 @@ backend on loopback that refuses oversized requests as a collector does."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -228,3 +232,37 @@ def test_no_span_is_lost_blobs_never_pass_and_batches_keep_the_budget(
                 assert given_attributes[key].startswith(value.split("…[truncated")[0])
             elif not isinstance(value, tuple):
                 assert value == given_attributes[key]
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_zero_code_names_a_backend_beside_the_platform(backend: _Backend) -> None:
+    env = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "prime_runs,otlp_without_records",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": backend.endpoint,
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "PRIME_RUNS_MODE": "local",
+        "OTEL_RESOURCE_ATTRIBUTES": (
+            "prime.run.id=zero-code-beside,prime.run.environments=gsm8k-demo"
+        ),
+    }
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "opentelemetry-instrument"),
+            sys.executable,
+            str(EXAMPLES / "zero_code.py"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    episodes = [s for s in backend.spans if sc.EPISODE_ID in s["attributes"]]
+    assert len(episodes) == 15
+    for span in backend.spans:
+        assert not LEFT_OUT & set(span["attributes"])
+    assert any(s["attributes"].get("gen_ai.operation.name") == "chat" for s in backend.spans)
