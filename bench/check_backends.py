@@ -130,13 +130,17 @@ def _read_back(phoenix: str, episodes: int) -> None:
     spans: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         spans = _spans(phoenix)
-        if sum(span.get("span_kind") == "CHAIN" for span in spans) >= episodes:
+        if sum("prime.episode.id" in (span.get("attributes") or {}) for span in spans) >= episodes:
             break
         time.sleep(1)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
         by_kind.setdefault(str(span.get("span_kind")), []).append(span)
-    chains, agents, calls = (by_kind.get(kind, []) for kind in ("CHAIN", "AGENT", "LLM"))
+    agents, calls = by_kind.get("AGENT", []), by_kind.get("LLM", [])
+    chains = [
+        s for s in by_kind.get("CHAIN", []) if "prime.episode.id" in (s.get("attributes") or {})
+    ]
+    episode_spans = [s for s in spans if "prime.episode.id" in (s.get("attributes") or {})]
     print(
         f"phoenix_spans {len(spans)} spans\nphoenix_episodes {len(chains)} spans\n"
         f"phoenix_agents {len(agents)} spans\nphoenix_model_calls {len(calls)} spans"
@@ -145,7 +149,11 @@ def _read_back(phoenix: str, episodes: int) -> None:
     def attributes(span: dict[str, Any]) -> dict[str, Any]:
         return dict(span.get("attributes") or {})
 
-    _check("every episode shows as a CHAIN span", len(chains) == episodes, f"{len(chains)}")
+    _check(
+        "every episode shows as a CHAIN span",
+        len(chains) == len(episode_spans) == episodes,
+        f"{len(chains)} of {len(episode_spans)}",
+    )
     _check(
         "episodes show their first prompt",
         all(attributes(span).get("input.value") for span in chains),
@@ -185,6 +193,13 @@ def _read_back(phoenix: str, episodes: int) -> None:
             attributes(span).get("gen_ai.provider.name") and attributes(span).get("llm.model_name")
             for span in calls
         ),
+    )
+    ends = [span for span in spans if span.get("name") == "prime.run.end"]
+    _check(
+        "the run's end shows with a kind and its outcome",
+        len(ends) == 1
+        and ends[0].get("span_kind") == "CHAIN"
+        and str(attributes(ends[0]).get("output.value", "")).startswith("completed"),
     )
     leaked = [
         key

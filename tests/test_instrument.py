@@ -894,6 +894,11 @@ def test_run_start_and_end_spans(pipeline: Pipeline) -> None:
     end_span = pipeline.by_name()[sc.RUN_END_SPAN]
     assert end_span.status.status_code is StatusCode.ERROR
     assert end_span.status.description == "out of memory"
+    # Tracing backends show the run's boundaries with a kind, and its outcome.
+    start_span = pipeline.by_name()[sc.RUN_START_SPAN]
+    assert (start_span.attributes or {})[sc.OPENINFERENCE_SPAN_KIND] == "CHAIN"
+    assert (end_span.attributes or {})[sc.OPENINFERENCE_SPAN_KIND] == "CHAIN"
+    assert (end_span.attributes or {})[sc.OUTPUT_VALUE] == "failed, 12 episode(s): out of memory"
 
 
 def test_a_clean_run_end_is_not_an_error(pipeline: Pipeline) -> None:

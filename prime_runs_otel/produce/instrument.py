@@ -262,7 +262,10 @@ def emit_run_start(tracer: Tracer, config: Mapping[str, Any]) -> None:
             f"the run config is not JSON-serialisable ({exc}); pass plain "
             "str/int/float/bool/list/dict values"
         ) from exc
-    span = tracer.start_span(sc.RUN_START_SPAN)
+    # A kind, so tracing backends do not show the run's boundaries as "unknown".
+    span = tracer.start_span(
+        sc.RUN_START_SPAN, attributes={sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_CHAIN}
+    )
     try:
         _set_blob(span, tracer, sc.RUN_CONFIG, text)
     finally:
@@ -288,6 +291,10 @@ def emit_run_end(
         attributes[sc.RUN_ERROR] = error
     if episodes_recorded is not None:
         attributes[sc.RUN_EPISODES_RECORDED] = int(episodes_recorded)
+    # What a tracing backend shows for the run's end: its kind, and the outcome.
+    attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OPENINFERENCE_CHAIN
+    outcome = status if episodes_recorded is None else f"{status}, {episodes_recorded} episode(s)"
+    attributes[sc.OUTPUT_VALUE] = f"{outcome}: {error}" if error else outcome
     span = tracer.start_span(sc.RUN_END_SPAN, attributes=attributes)
     if status in _ERROR_STATUSES:
         span.set_status(Status(StatusCode.ERROR, error or status))
