@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 
 from .._json import clean_metric_values
 from ..errors import ConfigError
 from ..read.projection import STEP_TABLE_INTERVAL, ParquetUnavailableError, require_parquet
 from ..read.projection import step_table_parquet as _step_table_parquet
+from .closing import close_run
 from .platform.http import PlatformError
 from .platform.rft import RftAPI, TrainingFields, external_run_payload
 from .spool import EpisodeRow, RunRow, Spool, StepUpload
@@ -248,32 +248,18 @@ class TrainingLifecycle:
     # -- closing --------------------------------------------------------------------
 
     def close(self, run: RunRow) -> None:
-        """Finalize a completed run; close any other as failed with its reason.
-
-        An attached run's failure is its launcher's to mark (the launcher
-        sees the process exit); a clean finish still finalizes it.
-        """
-        assert run.platform_id is not None and run.end_status is not None
+        """Finalize a completed run; close any other as failed with its reason
+        (see :func:`~prime_runs_otel.deliver.closing.close_run`)."""
+        platform_id = run.platform_id
+        assert platform_id is not None
         rft = self._rft()
-        try:
-            if run.end_status == "completed":
-                self._finalize(rft, run.platform_id)
-            elif run.identity.attach is not None:
-                logger.info(
-                    "Run %s ended %s; an attached run's failure is marked by its launcher",
-                    run.local_id,
-                    run.end_status,
-                )
-            else:
-                rft.set_status(run.platform_id, run.end_status, run.end_error)
-        except PlatformError as exc:
-            if exc.retryable:
-                raise
-            logger.error("Run %s: closing the training run failed for good: %s", run.local_id, exc)
-            self._spool.update_run(run.local_id, close_state="gave_up", last_error=str(exc))
-            return
-        self._spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
-        logger.info("Run %s closed as %s", run.local_id, run.end_status)
+
+        def close_as(status: str, error: str | None) -> None:
+            rft.set_status(platform_id, status, error)
+
+        close_run(
+            self._spool, run, finalize=lambda: self._finalize(rft, platform_id), close_as=close_as
+        )
 
     @staticmethod
     def _finalize(rft: RftAPI, platform_id: str) -> None:

@@ -38,6 +38,7 @@ from ..read.projection import (
     episode_sample_rows,
     traces_line,
 )
+from .closing import close_run
 from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
 from .platform.http import PlatformClient, PlatformError
 from .platform.rft import RftAPI
@@ -730,53 +731,44 @@ class Uploader:
         except ``/finalize``, which is checked against the platform first when
         an earlier attempt may have acted."""
         evals, _ = self._apis()
-        assert run.platform_id is not None and run.end_status is not None
-        attached = run.identity.attach is not None
+        platform_id = run.platform_id
+        assert platform_id is not None
         summary = run_summary(run)
-        try:
+
+        def prepare() -> bool:
             if run.close_state == "finalizing":
                 status = evals.status_of(
-                    run.platform_id,
+                    platform_id,
                     environment_name=first_environment_name(run.identity.environments),
                 )
                 if status and status.upper() != "RUNNING":
-                    self._mark_closed(run)
-                    return
+                    return True
             # PUT replaces the whole metadata document: a process that never
             # saw the run's start span (another serve got it) has no config to
             # send and must not erase the one the platform holds.
+            attached = run.identity.attach is not None
             metadata = None if attached or run.config is None else run_metadata(run)
-            evals.update(run.platform_id, metadata=metadata, metrics=summary or None)
-            if run.end_status == "completed":
-                self._spool.update_run(run.local_id, close_state="finalizing")
-                try:
-                    evals.finalize(run.platform_id, summary)
-                except PlatformError as exc:
-                    if exc.status == 409:
-                        self._mark_closed(run)
-                        return
-                    if not exc.ambiguous:
-                        self._spool.update_run(run.local_id, close_state="open")
-                    raise
-            elif attached:
-                logger.info(
-                    "Run %s ended %s; an attached run's failure is marked by its launcher",
-                    run.local_id,
-                    run.end_status,
-                )
-            else:
-                evals.close_as(run.platform_id, run.end_status, run.end_error)
-        except PlatformError as exc:
-            if exc.retryable:
-                raise Backoff(exc) from exc
-            logger.error("Run %s: closing the run failed for good: %s", run.local_id, exc)
-            self._spool.update_run(run.local_id, close_state="gave_up", last_error=str(exc))
-            return
-        self._mark_closed(run)
+            evals.update(platform_id, metadata=metadata, metrics=summary or None)
+            return False
 
-    def _mark_closed(self, run: RunRow) -> None:
-        self._spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
-        logger.info("Run %s closed as %s", run.local_id, run.end_status)
+        def finalize() -> None:
+            self._spool.update_run(run.local_id, close_state="finalizing")
+            try:
+                evals.finalize(platform_id, summary)
+            except PlatformError as exc:
+                if exc.status == 409:  # finalized already
+                    return
+                if not exc.ambiguous:
+                    self._spool.update_run(run.local_id, close_state="open")
+                raise
+
+        def close_as(status: str, error: str | None) -> None:
+            evals.close_as(platform_id, status, error)
+
+        try:
+            close_run(self._spool, run, prepare=prepare, finalize=finalize, close_as=close_as)
+        except PlatformError as exc:  # only a retryable one gets here
+            raise Backoff(exc) from exc
 
     # -- crashed producers -----------------------------------------------------
 

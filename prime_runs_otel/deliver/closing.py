@@ -1,0 +1,66 @@
+"""Closing a run on the platform, the part eval and training runs share.
+
+An eval run is closed through the evaluations API, a training run through
+the RFT API, but the decision is the same: a completed run is finalized; a
+run attached to by id that ended otherwise is left to its launcher (which
+sees the process exit and marks the failure itself); any other is closed
+with its terminal status. A permanent refusal gives the run up (``push``
+tries again); a retryable one propagates, for the uploader to pause the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from .platform.http import PlatformError
+from .spool import RunRow, Spool
+
+logger = logging.getLogger(__name__)
+
+
+def close_run(
+    spool: Spool,
+    run: RunRow,
+    *,
+    finalize: Callable[[], None],
+    close_as: Callable[[str, str | None], None],
+    prepare: Callable[[], bool] | None = None,
+) -> None:
+    """Finalize ``run`` or close it with its end status, and record the outcome.
+
+    ``prepare()``, if given, runs first and returns ``True`` when it found
+    the run closed already (an earlier attempt acted); ``finalize()`` and
+    ``close_as(status, error)`` make the platform calls. Any of them may
+    raise :class:`PlatformError`: a retryable error is raised again,
+    untouched; any other leaves the run given up, with the error.
+    """
+    assert run.end_status is not None
+    try:
+        if prepare is not None and prepare():
+            pass  # closed already: an earlier attempt acted
+        elif run.end_status == "completed":
+            finalize()
+        elif run.identity.attach is not None:
+            logger.info(
+                "Run %s ended %s; an attached run's failure is marked by its launcher",
+                run.local_id,
+                run.end_status,
+            )
+        else:
+            close_as(run.end_status, run.end_error)
+    except PlatformError as exc:
+        if exc.retryable:
+            raise
+        kind = "training" if run.kind == "train" else run.kind
+        logger.error("Run %s: closing the %s run failed for good: %s", run.local_id, kind, exc)
+        spool.update_run(run.local_id, close_state="gave_up", last_error=str(exc))
+        return
+    mark_closed(spool, run)
+
+
+def mark_closed(spool: Spool, run: RunRow) -> None:
+    """The run is closed where it lives (the platform acknowledged it)."""
+    spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
+    logger.info("Run %s closed as %s", run.local_id, run.end_status)
