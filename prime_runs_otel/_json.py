@@ -29,6 +29,20 @@ def loads(data: bytes | str) -> Any:
         return json.loads(data)  # NaN/Infinity tokens, or a real error with its position
 
 
+def parsed_if_json(value: Any) -> Any:
+    """JSON text parsed; anything else (or text that is not JSON) as it is.
+
+    For values that are JSON by convention but not by contract: tool-call
+    arguments as a model emitted them, and span attributes that GenAI
+    instrumentations fill with JSON text."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def dumps_strict(value: Any) -> bytes | None:
     """Compact UTF-8 JSON with non-finite floats as ``null``; ``None`` for
     values orjson cannot encode (integers beyond 64 bits), which the caller

@@ -23,7 +23,7 @@ from .._json import clean_metric_values
 from ..errors import ConfigError
 from ..read.projection import STEP_TABLE_INTERVAL, ParquetUnavailableError, require_parquet
 from ..read.projection import step_table_parquet as _step_table_parquet
-from .closing import close_run
+from .lifecycle import close_run, mark_created
 from .platform.http import PlatformError
 from .platform.rft import RftAPI, TrainingFields, external_run_payload
 from .spool import EpisodeRow, RunRow, Spool, StepUpload
@@ -111,14 +111,9 @@ class TrainingLifecycle:
             return
         platform_id = answer["id"]
         url = rft.url_for(platform_id)
-        self._spool.update_run(
-            run.local_id,
-            platform_id=platform_id,
-            url=url,
-            create_state="created",
-            name=answer.get("name") or run.name,
+        mark_created(
+            self._spool, run, platform_id, url, name=answer.get("name"), what="training run"
         )
-        logger.info("Run %s is training run %s: %s", run.local_id, platform_id, url)
 
     def _awaiting_owner(self, run: RunRow) -> bool:
         """Only workers have fed the run so far: the trainer that owns it, and
@@ -249,7 +244,7 @@ class TrainingLifecycle:
 
     def close(self, run: RunRow) -> None:
         """Finalize a completed run; close any other as failed with its reason
-        (see :func:`~prime_runs_otel.deliver.closing.close_run`)."""
+        (see :func:`~prime_runs_otel.deliver.lifecycle.close_run`)."""
         platform_id = run.platform_id
         assert platform_id is not None
         rft = self._rft()

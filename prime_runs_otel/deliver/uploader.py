@@ -38,7 +38,7 @@ from ..read.projection import (
     episode_sample_rows,
     traces_line,
 )
-from .closing import close_run
+from .lifecycle import close_run, mark_created
 from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
 from .platform.http import PlatformClient, PlatformError
 from .platform.rft import RftAPI
@@ -487,14 +487,9 @@ class Uploader:
     def _adopt(self, run: RunRow, answer: Mapping[str, Any], evals: EvalsAPI) -> None:
         platform_id = str(answer["evaluation_id"])
         url = answer.get("viewer_url") or evals.url_for(platform_id)
-        self._spool.update_run(
-            run.local_id,
-            platform_id=platform_id,
-            url=url,
-            create_state="created",
-            name=answer.get("name") or run.name,
+        mark_created(
+            self._spool, run, platform_id, url, name=answer.get("name"), what="platform run"
         )
-        logger.info("Run %s is platform run %s: %s", run.local_id, platform_id, url)
 
     def _fail_create(self, run: RunRow, reason: str) -> None:
         logger.error(

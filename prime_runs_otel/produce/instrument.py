@@ -30,7 +30,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from .. import semconv as sc
-from .._json import clean_metric_values, dumps_record
+from .._json import clean_metric_values, dumps_record, parsed_if_json
 from ..errors import ConfigError, RecordError
 
 __all__ = [
@@ -843,7 +843,8 @@ def _genai_message(message: Mapping[str, Any]) -> dict[str, Any]:
                 "type": "tool_call",
                 "id": tool_call.get("id"),
                 "name": tool_call.get("name"),
-                "arguments": _tool_arguments(tool_call.get("arguments")),
+                # Parsed when the model emitted JSON (what viewers expect).
+                "arguments": parsed_if_json(tool_call.get("arguments")),
             }
         )
     return {"role": role if isinstance(role, str) else "user", "parts": parts}
@@ -872,16 +873,6 @@ def _content_text(content: Any) -> str:
         return ""
     texts = [_mapping(part).get("text") for part in content]
     return "\n".join(text for text in texts if isinstance(text, str))
-
-
-def _tool_arguments(arguments: Any) -> Any:
-    """Parsed when the model emitted JSON (what viewers expect), else as emitted."""
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except ValueError:
-            return arguments
-    return arguments
 
 
 # ---------------------------------------------------------------------------

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
+from .._message_graph import message_node
+
 __all__ = ["synthetic_episode", "synthetic_episodes"]
 
 #: Every example is rolled out this many times, so rollout numbers climb above 1.
@@ -231,25 +233,6 @@ def _agent(name: str, model: str, trainable: bool, max_turns: int) -> dict[str, 
     }
 
 
-def _node(
-    message: dict[str, Any], parent: int | None, timestamp: float, *, sampled: bool = False
-) -> dict[str, Any]:
-    node: dict[str, Any] = {} if parent is None else {"parent": parent}
-    node.update(
-        {
-            "semantic_parents": [],
-            "message": message,
-            "sampled": sampled,
-            "timestamp": timestamp,
-            "token_ids": [],
-            "mask": [],
-            "is_content": [],
-            "logprobs": [],
-        }
-    )
-    return node
-
-
 def _solver_trace(
     seed: int,
     index: int,
@@ -263,10 +246,10 @@ def _solver_trace(
     problem = task["data"]
     tools = [] if compact else [_CALCULATOR_TOOL, _LOOKUP_TOOL][: rng.choice((0, 1, 2))]
     clock = start + 1.5
-    root = _node({"role": "system", "content": problem["system_prompt"]}, None, clock)
+    root = message_node({"role": "system", "content": problem["system_prompt"]}, None, clock)
     if tools:
         root = {"tools": copy.deepcopy(tools), **root}
-    nodes = [root, _node({"role": "user", "content": problem["prompt"]}, 0, clock)]
+    nodes = [root, message_node({"role": "user", "content": problem["prompt"]}, 0, clock)]
     calls: list[dict[str, Any]] = []
     prompt_tokens = 60 + len(problem["prompt"]) // 4
     answered_turns = turns - 1 if failed else turns
@@ -279,12 +262,12 @@ def _solver_trace(
             finish = "length"
         call_start = clock + round(rng.uniform(0.05, 0.4), 3)
         clock = call_start + round(completion_tokens / rng.uniform(40.0, 90.0), 3)
-        nodes.append(_node(message, len(nodes) - 1, clock, sampled=True))
+        nodes.append(message_node(message, len(nodes) - 1, clock, sampled=True))
         calls.append(_call(len(nodes) - 1, prompt_tokens, completion_tokens, finish, call_start))
         prompt_tokens += completion_tokens
         if not last:
             follow_up = _tool_result(message, rng) if "tool_calls" in message else _nudge()
-            nodes.append(_node(follow_up, len(nodes) - 1, clock))
+            nodes.append(message_node(follow_up, len(nodes) - 1, clock))
             prompt_tokens += 30
     errors = []
     if failed:
@@ -454,7 +437,7 @@ def _judge_trace(
     clock = solver["timing"]["scoring"]["start"]
     verdict = "CORRECT" if solver["rewards"]["correct"]["score"] else "INCORRECT"
     nodes = [
-        _node(
+        message_node(
             {
                 "role": "user",
                 "content": f"Reference answer: {task['data']['answer']}\n"
@@ -463,7 +446,7 @@ def _judge_trace(
             None,
             clock,
         ),
-        _node({"role": "assistant", "content": verdict}, 0, clock + 0.4, sampled=True),
+        message_node({"role": "assistant", "content": verdict}, 0, clock + 0.4, sampled=True),
     ]
     call = _call(1, 90 + len(answer) // 4, 2, "stop", clock)
     call["model"] = JUDGE_MODEL

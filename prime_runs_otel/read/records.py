@@ -201,21 +201,21 @@ def run_identity(resource: Mapping[str, Any]) -> RunIdentity | None:
     return RunIdentity(
         local_id=local_id,
         kind=kind,
-        name=_text(resource.get(sc.RUN_NAME)),
-        model=_text(resource.get(sc.RUN_MODEL)),
+        name=text_or_none(resource.get(sc.RUN_NAME)),
+        model=text_or_none(resource.get(sc.RUN_MODEL)),
         environments=_texts(resource.get(sc.RUN_ENVIRONMENTS)),
-        framework=_text(resource.get(sc.RUN_FRAMEWORK)),
+        framework=text_or_none(resource.get(sc.RUN_FRAMEWORK)),
         tags=_texts(resource.get(sc.RUN_TAGS)),
-        description=_text(resource.get(sc.RUN_DESCRIPTION)),
-        attach=_text(resource.get(sc.RUN_ATTACH)),
-        team_id=_text(resource.get(sc.RUN_TEAM_ID)),
-        max_steps=_whole_number(resource.get(sc.RUN_MAX_STEPS)),
-        batch_size=_whole_number(resource.get(sc.RUN_BATCH_SIZE)),
-        rollouts_per_example=_whole_number(resource.get(sc.RUN_ROLLOUTS_PER_EXAMPLE)),
-        seq_len=_whole_number(resource.get(sc.RUN_SEQ_LEN)),
-        wandb_project=_text(resource.get(sc.RUN_WANDB_PROJECT)),
-        wandb_entity=_text(resource.get(sc.RUN_WANDB_ENTITY)),
-        wandb_run_name=_text(resource.get(sc.RUN_WANDB_RUN_NAME)),
+        description=text_or_none(resource.get(sc.RUN_DESCRIPTION)),
+        attach=text_or_none(resource.get(sc.RUN_ATTACH)),
+        team_id=text_or_none(resource.get(sc.RUN_TEAM_ID)),
+        max_steps=whole_number(resource.get(sc.RUN_MAX_STEPS)),
+        batch_size=whole_number(resource.get(sc.RUN_BATCH_SIZE)),
+        rollouts_per_example=whole_number(resource.get(sc.RUN_ROLLOUTS_PER_EXAMPLE)),
+        seq_len=whole_number(resource.get(sc.RUN_SEQ_LEN)),
+        wandb_project=text_or_none(resource.get(sc.RUN_WANDB_PROJECT)),
+        wandb_entity=text_or_none(resource.get(sc.RUN_WANDB_ENTITY)),
+        wandb_run_name=text_or_none(resource.get(sc.RUN_WANDB_RUN_NAME)),
     )
 
 
@@ -253,8 +253,8 @@ def record_step(record: Mapping[str, Any], span_step: Any = None) -> int | None:
     if isinstance(work, Mapping):
         if work.get("type", "train") != "train":
             return None
-        return _whole_number(work.get("step"))
-    return _whole_number(span_step)
+        return whole_number(work.get("step"))
+    return whole_number(span_step)
 
 
 def derived_episode_id(view: SpanView) -> str:
@@ -278,7 +278,7 @@ def _carries_record(attributes: Mapping[str, Any]) -> bool:
 def decode_blob(attributes: Mapping[str, Any], key: str) -> bytes:
     """Reassemble a blob and prove it whole, or raise :class:`RecordError` saying why."""
     text = _joined_chunks(attributes.get(key), key)
-    size = _whole_number(attributes.get(sc.blob_size_key(key)))
+    size = whole_number(attributes.get(sc.blob_size_key(key)))
     digest = attributes.get(sc.blob_sha256_key(key))
     if size is None or not isinstance(digest, str):
         raise RecordError(
@@ -325,7 +325,7 @@ def _read_episode(attributes: Mapping[str, Any]) -> EpisodeArrival | CorruptEpis
 
 
 def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
-    step = _whole_number(attributes.get(sc.RUN_STEP))
+    step = whole_number(attributes.get(sc.RUN_STEP))
     if step is None:
         return CorruptMetrics(None, f"the metrics span has no whole-number {sc.RUN_STEP}")
     try:
@@ -360,13 +360,13 @@ def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:
 
 def _read_run_end(attributes: Mapping[str, Any]) -> RunEnd:
     status = attributes.get(sc.RUN_STATUS)
-    error = _text(attributes.get(sc.RUN_ERROR))
+    error = text_or_none(attributes.get(sc.RUN_ERROR))
     if status not in sc.RUN_STATUSES:
         error = f"the run ended with an unknown {sc.RUN_STATUS}={status!r}" + (
             f": {error}" if error else ""
         )
         status = "failed"
-    count = _whole_number(attributes.get(sc.RUN_EPISODES_RECORDED))
+    count = whole_number(attributes.get(sc.RUN_EPISODES_RECORDED))
     return RunEnd(status=str(status), error=error, episodes_recorded=count)
 
 
@@ -380,7 +380,7 @@ def _joined_chunks(value: Any, key: str) -> str:
     raise RecordError(f"{key} is a {type(value).__name__}, expected an array of strings")
 
 
-def _whole_number(value: Any) -> int | None:
+def whole_number(value: Any) -> int | None:
     """An int attribute; OTLP/JSON carries 64-bit ints as decimal strings."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -389,7 +389,8 @@ def _whole_number(value: Any) -> int | None:
     return None
 
 
-def _text(value: Any) -> str | None:
+def text_or_none(value: Any) -> str | None:
+    """A string attribute, ``None`` when absent or empty (an empty name is no name)."""
     return value if isinstance(value, str) and value else None
 
 

@@ -35,7 +35,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import semconv as sc
+from .._json import parsed_if_json as _loads
+from .._message_graph import message_node
 from .records import RunIdentity, UnrecordedEpisode, derived_episode_id
+from .records import text_or_none as _text
+from .records import whole_number as _whole
 from .spans import SpanView
 
 __all__ = [
@@ -150,16 +154,6 @@ def _finish_reason(value: Any) -> str | None:
     if isinstance(value, (list, tuple)) and value:
         value = value[0]
     return _FINISH_REASONS.get(value.lower()) if isinstance(value, str) else None
-
-
-def _loads(value: Any) -> Any:
-    """JSON text parsed; anything else (or text that is not JSON) as it is."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -1030,22 +1024,7 @@ class _Graph:
         sampled: bool,
         tools: Sequence[dict[str, Any]],
     ) -> int:
-        node: dict[str, Any] = {} if parent is None else {"parent": parent}
-        if parent is None and tools:
-            node["tools"] = [dict(tool) for tool in tools]
-        node.update(
-            {
-                "semantic_parents": [],
-                "message": message,
-                "sampled": sampled,
-                "timestamp": timestamp,
-                "token_ids": [],
-                "mask": [],
-                "is_content": [],
-                "logprobs": [],
-            }
-        )
-        self.nodes.append(node)
+        self.nodes.append(message_node(message, parent, timestamp, sampled=sampled, tools=tools))
         index = len(self.nodes) - 1
         self._children.setdefault(parent, []).append(index)
         return index
@@ -1483,18 +1462,6 @@ def _subtree(root_id: int, spans: Mapping[int, SpanView]) -> list[int]:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else _EMPTY
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _whole(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
 
 
 def _number(value: Any) -> float | None:

@@ -14,6 +14,7 @@ import functools
 import json
 import ssl
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -139,27 +140,39 @@ class PlatformClient:
         what = f"{method} {path}"
         data = content if content is not None else (None if body is None else encode_json(body))
         headers = {"Content-Type": "application/json"} if data is not None else None
-        try:
-            response = self._client.request(
+        return send_once(
+            lambda: self._client.request(
                 method,
                 path,
                 content=data,
                 headers=headers,
                 params=params,
                 timeout=timeout or DEFAULT_TIMEOUT,
-            )
-        except httpx.RequestError as exc:
-            raise classify_transport_error(exc, what) from exc
-        failure = classify_response(response, what)
-        if failure is not None:
-            raise failure
-        return _decode(response, what)
+            ),
+            what,
+        )
 
     def close(self) -> None:
         self._client.close()
 
 
-def _decode(response: httpx.Response, what: str) -> dict[str, Any]:
+def send_once(send: Callable[[], httpx.Response], what: str) -> dict[str, Any]:
+    """Make one request (``send``) and read its answer: the decoded JSON
+    object, or :class:`PlatformError` saying whether it may be retried and
+    whether it may have acted. Every JSON API of the platform answers alike."""
+    try:
+        response = send()
+    except httpx.RequestError as exc:
+        raise classify_transport_error(exc, what) from exc
+    failure = classify_response(response, what)
+    if failure is not None:
+        raise failure
+    return decode_response(response, what)
+
+
+def decode_response(response: httpx.Response, what: str) -> dict[str, Any]:
+    """A successful answer's JSON object (a bare array or value under
+    ``data``); an empty body is an empty object."""
     if not response.content:
         return {}
     try:

@@ -15,7 +15,6 @@ only. :func:`split_api_root` tells the two apart from the base URL's path.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,9 +27,9 @@ from .http import (
     DEFAULT_TIMEOUT,
     UPLOAD_TIMEOUT,
     PlatformError,
-    classify_response,
     classify_transport_error,
     encode_json,
+    send_once,
     tls_context,
     user_agent,
 )
@@ -305,24 +304,10 @@ class RftAPI:
         what = f"{method} {path}"
         data = None if body is None else encode_json(body)
         headers = {"Content-Type": "application/json"} if data is not None else None
-        try:
-            response = self._client.request(method, path.lstrip("/"), content=data, headers=headers)
-        except httpx.RequestError as exc:
-            raise classify_transport_error(exc, what) from exc
-        failure = classify_response(response, what)
-        if failure is not None:
-            raise failure
-        if not response.content:
-            return {}
-        try:
-            payload = response.json()
-        except json.JSONDecodeError:
-            raise PlatformError(
-                f"{what} answered {response.status_code} with a body that is not JSON: "
-                f"{response.text[:200]!r}",
-                status=response.status_code,
-            ) from None
-        return payload if isinstance(payload, dict) else {"data": payload}
+        return send_once(
+            lambda: self._client.request(method, path.lstrip("/"), content=data, headers=headers),
+            what,
+        )
 
     def close(self) -> None:
         self._client.close()

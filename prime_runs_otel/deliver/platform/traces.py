@@ -23,10 +23,15 @@ from typing import Any
 
 import httpx
 from prime_traces import LineFormat
-from prime_traces.core.client import raise_for_response
-from prime_traces.exceptions import APIError, RetryableAPIError
 
-from .http import UPLOAD_TIMEOUT, PlatformError, tls_context, user_agent
+from .http import (
+    UPLOAD_TIMEOUT,
+    PlatformError,
+    classify_response,
+    classify_transport_error,
+    tls_context,
+    user_agent,
+)
 
 SERVICE_NOT_ENABLED = "service_not_enabled"
 GZIP_LEVEL = 3
@@ -85,27 +90,10 @@ class TracesAPI:
                 files={"metadata": metadata_part, "traces": traces_part},
             )
         except httpx.RequestError as exc:
-            raise PlatformError(
-                f"Prime Traces upload failed: {type(exc).__name__}: {exc}", retryable=True
-            ) from exc
-        try:
-            raise_for_response(response)
-        except RetryableAPIError as exc:
-            raise PlatformError(
-                f"Prime Traces upload answered {exc.status_code}: {exc}",
-                status=exc.status_code,
-                code=exc.code,
-                retryable=True,
-                retry_after=exc.retry_after,
-            ) from exc
-        except APIError as exc:
-            status = exc.status_code
-            raise PlatformError(
-                f"Prime Traces upload answered {status}: {exc}",
-                status=status,
-                code=exc.code,
-                retryable=bool(status and status >= 500),
-            ) from exc
+            raise classify_transport_error(exc, "Prime Traces upload") from exc
+        failure = classify_response(response, "Prime Traces upload")
+        if failure is not None:
+            raise failure
         try:
             receipt = response.json()
         except ValueError:

@@ -1,4 +1,5 @@
-"""Closing a run on the platform, the part eval and training runs share.
+"""The steps of a run's platform lifecycle that eval and training runs share:
+recording that the platform has the run, and closing it.
 
 An eval run is closed through the evaluations API, a training run through
 the RFT API, but the decision is the same: a completed run is finalized; a
@@ -18,6 +19,22 @@ from .platform.http import PlatformError
 from .spool import RunRow, Spool
 
 logger = logging.getLogger(__name__)
+
+
+def mark_created(
+    spool: Spool, run: RunRow, platform_id: str, url: str, *, name: str | None, what: str
+) -> None:
+    """The platform has the run as ``platform_id`` (``what``: how the log
+    names it), shown at ``url``; ``name`` is the platform's name for it, if
+    it gave one."""
+    spool.update_run(
+        run.local_id,
+        platform_id=platform_id,
+        url=url,
+        create_state="created",
+        name=name or run.name,
+    )
+    logger.info("Run %s is %s %s: %s", run.local_id, what, platform_id, url)
 
 
 def close_run(
