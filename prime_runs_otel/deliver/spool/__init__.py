@@ -19,10 +19,11 @@ a subclass of :class:`~.core.SpoolCore`, so every module reaches the same
 connections and transactions and every caller keeps calling ``spool.x(...)``.
 Sub-objects (``spool.runs.get(...)``) would name the table at each call site,
 but would change every caller of the spool for no change in behaviour; the
-mixins keep the split inside this package. A method of one mixin never calls
-another mixin's method: what two modules share is a module-level function
-(``ensure_run``, ``insert_metrics``, ``commit_upload``, ...) that takes the
-transaction's connection.
+mixins keep the split inside this package. A mixin calls only what it
+inherits (the core; ``ingest`` also the size cap it enforces), never a
+sibling: what two modules share is a module-level function (``ensure_run``,
+``insert_metrics``, ``commit_upload``, ...) that takes the transaction's
+connection, so each module can be read alone.
 """
 
 from __future__ import annotations
