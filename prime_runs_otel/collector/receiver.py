@@ -23,6 +23,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 import signal
 import socket
 import sqlite3
@@ -51,6 +52,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from .. import semconv
+from .._text import shown
 from ..config import Settings
 from ..deliver.spool import IngestOutcome, Spool, SpoolError
 from ..deliver.uploader import Uploader
@@ -70,6 +72,8 @@ DEFAULT_MAX_BODY_BYTES = 256 * MiB
 #: A producer that sends nothing for this long and never sent its end span
 #: is taken to have crashed. Long enough for slow rollouts between episodes.
 DEFAULT_IDLE_TIMEOUT = 3600.0
+#: How long a request body may take to arrive, from its first byte to its last.
+DEFAULT_READ_TIMEOUT = 120.0
 #: How long in-flight requests may take to finish after a stop signal.
 DEFAULT_SHUTDOWN_GRACE = 30.0
 #: Requests decoded and committed at once; the rest wait their turn. Spool
@@ -116,6 +120,7 @@ class ReceiverConfig:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     workers: int = DEFAULT_WORKERS
+    read_timeout: float = DEFAULT_READ_TIMEOUT
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     max_held_spans: int = DEFAULT_MAX_HELD_SPANS
 
@@ -133,6 +138,8 @@ class ReceiverConfig:
             raise ConfigError("the idle timeout must be a positive number of seconds")
         if self.workers < 1:
             raise ConfigError("serve needs at least one worker")
+        if self.read_timeout <= 0:
+            raise ConfigError("the time a request body may take must be positive")
         if self.settle_seconds < 0:
             raise ConfigError("the wait for an episode's spans cannot be negative")
         if self.max_held_spans < 1:
@@ -218,6 +225,10 @@ class SpanIntake:
         #: Released episodes (and run ends) whose commit failed, retried first.
         self._uncommitted: list[RunBatch] = []
         self._report = _BufferReport(self.trees, clock)
+        #: Items of the last commit refused on their own (see :meth:`_commit`).
+        self._refused = 0
+        #: Why the last commit failed, until one succeeds: readiness says so.
+        self.commit_problem: str | None = None
 
     def has_room(self) -> bool:
         return self.spool.size_bytes() < self.spool.max_bytes
@@ -232,6 +243,7 @@ class SpanIntake:
                 return self._full()
             grouped = group_by_run(views, trees=self.trees)
             self._report.update()
+            self._refused = 0
             if grouped.unattributed and not grouped.batches and not self._uncommitted:
                 return Verdict(
                     "invalid",
@@ -241,7 +253,7 @@ class SpanIntake:
                 )
             try:
                 outcome = self._commit(grouped.batches)
-            except (SpoolError, sqlite3.Error, OSError) as exc:
+            except _TRANSIENT as exc:
                 logger.error("Committing a batch to the spool %s failed: %s", self.spool.path, exc)
                 return Verdict(
                     "unavailable",
@@ -251,10 +263,12 @@ class SpanIntake:
         if outcome.rejected:
             return self._full()
         corrupt = sum(len(batch.corrupt) for batch in grouped.batches)
+        unreadable = grouped.unreadable + self._refused
+        self._refused = 0
         return Verdict(
             "accepted",
-            _rejection_message(grouped.unattributed, corrupt),
-            rejected=grouped.unattributed + corrupt,
+            _rejection_message(grouped.unattributed, corrupt, unreadable),
+            rejected=grouped.unattributed + corrupt + unreadable,
         )
 
     def release_settled(self) -> None:
@@ -271,7 +285,7 @@ class SpanIntake:
             self._report.update()
             try:
                 self._commit(grouped.batches)
-            except (SpoolError, sqlite3.Error, OSError) as exc:
+            except _TRANSIENT as exc:
                 logger.error(
                     "Committing synthesised episodes to the spool %s failed (%s); retrying",
                     self.spool.path,
@@ -285,7 +299,7 @@ class SpanIntake:
             grouped = group_by_run((), trees=self.trees, flush=True)
             try:
                 self._commit(grouped.batches)
-            except (SpoolError, sqlite3.Error, OSError) as exc:
+            except _TRANSIENT as exc:
                 episodes = sum(len(batch.episodes) for batch in self._uncommitted)
                 logger.error(
                     "Stopping: %d synthesised episode(s) could not be committed to the spool "
@@ -305,13 +319,54 @@ class SpanIntake:
             return IngestOutcome()
         try:
             outcome = self.spool.ingest(pending, mode=self.settings.mode, register_producer=False)
-        except BaseException:
+        except _TRANSIENT as exc:
+            # The disk, not the items: keep what nothing else would bring again.
             self._uncommitted = [*self._uncommitted, *_released_part(batches, self.trees), *ends]
+            self.commit_problem = f"commits to the spool fail: {exc}"
             raise
+        except Exception as exc:
+            # Something in the items: commit them one by one, so the one that
+            # cannot be stored costs itself only, never the requests after it.
+            logger.warning(
+                "A batch could not be committed as a whole (%s: %s); committing its items "
+                "one by one",
+                type(exc).__name__,
+                shown(exc),
+            )
+            outcome = self._commit_each(pending)
         self._uncommitted = []
+        self.commit_problem = None
         if self._uploader is not None:
             self._uploader.wake()
         return outcome
+
+    def _commit_each(self, pending: list[RunBatch]) -> IngestOutcome:
+        """Commit every item of ``pending`` alone; refuse (count and name) the
+        ones that fail on their own. A transient failure stops it, the items
+        not yet committed kept for the retry."""
+        rejected = 0
+        items = [item for batch in pending for item in _items_of(batch)]
+        for index, item in enumerate(items):
+            try:
+                outcome = self.spool.ingest(
+                    [item], mode=self.settings.mode, register_producer=False
+                )
+            except _TRANSIENT as exc:
+                self._uncommitted = items[index:]
+                self.commit_problem = f"commits to the spool fail: {exc}"
+                raise
+            except Exception as exc:
+                self._refused += 1
+                logger.warning(
+                    "Run %s: refused %s that cannot be stored: %s: %s",
+                    shown(item.identity.local_id),
+                    _describe(item),
+                    type(exc).__name__,
+                    shown(exc),
+                )
+                continue
+            rejected += outcome.rejected
+        return IngestOutcome(rejected=rejected)
 
     def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:
         """Hold back the ends of runs with episodes still in the buffer; return
@@ -332,6 +387,39 @@ class SpanIntake:
             f"room; retry later (or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES on the receiver)",
             retry_after=FULL_RETRY_AFTER,
         )
+
+
+#: Commit failures of the disk or the database, not of what was committed:
+#: the batch is kept (or the collector retries it).
+_TRANSIENT = (SpoolError, sqlite3.OperationalError, OSError, MemoryError)
+
+
+def _items_of(batch: RunBatch) -> list[RunBatch]:
+    """``batch`` as one batch per item, in the order the spool takes them."""
+    identity = batch.identity
+    items = [
+        RunBatch(
+            identity=identity,
+            start=batch.start,
+            corrupt=batch.corrupt,
+            corrupt_metrics=batch.corrupt_metrics,
+        )
+    ]
+    items += [RunBatch(identity=identity, episodes=[episode]) for episode in batch.episodes]
+    items += [RunBatch(identity=identity, metrics=[metrics]) for metrics in batch.metrics]
+    if batch.end is not None:
+        items.append(RunBatch(identity=identity, end=batch.end))
+    return items
+
+
+def _describe(item: RunBatch) -> str:
+    if item.episodes:
+        return f"episode {shown(item.episodes[0].episode_id)}"
+    if item.metrics:
+        return f"the metrics of step {item.metrics[0].step}"
+    if item.end is not None:
+        return "the run's end"
+    return "the run's start"
 
 
 def _is_episode_span(view: SpanView) -> bool:
@@ -401,8 +489,13 @@ class _BufferReport:
             )
 
 
-def _rejection_message(unattributed: int, corrupt: int) -> str:
+def _rejection_message(unattributed: int, corrupt: int, unreadable: int = 0) -> str:
     parts = []
+    if unreadable:
+        parts.append(
+            f"{unreadable} span(s) or item(s) that could not be read or stored (the "
+            "receiver's log names each and says why)"
+        )
     if unattributed:
         parts.append(f"{unattributed} episode span(s) without {semconv.RUN_ID} on their Resource")
     if corrupt:
@@ -413,12 +506,18 @@ def _rejection_message(unattributed: int, corrupt: int) -> str:
     return "; ".join(parts)
 
 
+def _wire_text(message: str) -> str:
+    """``message`` as text protobuf can carry: a message may quote the
+    client's input, lone surrogates and all."""
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def export_response(verdict: Verdict) -> ExportTraceServiceResponse:
     response = ExportTraceServiceResponse()
     if verdict.rejected or verdict.message:
         response.partial_success.CopyFrom(
             ExportTracePartialSuccess(
-                rejected_spans=verdict.rejected, error_message=verdict.message
+                rejected_spans=verdict.rejected, error_message=_wire_text(verdict.message)
             )
         )
     return response
@@ -459,21 +558,44 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
 
 
 def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
+    """Inflate every member of ``body`` in time linear in its length.
+
+    zlib hands back what follows a finished member as a copy
+    (``unused_data``); fed the whole rest of the body, a body of many tiny
+    members would be copied once per member. So input is fed in pieces that
+    start small and grow only while one member goes on: a member costs its
+    own length plus one small piece.
+    """
     out = bytearray()
-    data = body
-    while data:
+    view = memoryview(body)
+    position = 0
+    members = wbits > zlib.MAX_WBITS  # gzip allows several; a zlib stream ends once
+    while position < len(body):
         inflater = zlib.decompressobj(wbits)
-        try:
-            out += inflater.decompress(data, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise BodyError(400, f"the {name} body cannot be decompressed ({exc})") from None
-        if len(out) > limit:
-            raise _too_large(limit, "decompressed")
-        if not inflater.eof:
-            raise BodyError(400, f"the {name} body is truncated")
-        # gzip allows several members one after another; zlib streams end once.
-        data = inflater.unused_data.lstrip(b"\0") if wbits > zlib.MAX_WBITS else b""
+        piece = _FIRST_PIECE
+        while not inflater.eof:
+            if position >= len(body):
+                raise BodyError(400, f"the {name} body is truncated")
+            chunk = view[position : position + piece]
+            position += len(chunk)
+            try:
+                out += inflater.decompress(chunk, limit + 1 - len(out))
+            except zlib.error as exc:
+                raise BodyError(400, f"the {name} body cannot be decompressed ({exc})") from None
+            if len(out) > limit or inflater.unconsumed_tail:
+                raise _too_large(limit, "decompressed")
+            piece = min(piece * 2, _LAST_PIECE)
+        position -= len(inflater.unused_data)
+        if not members:
+            break
+        padding_end = _NOT_NUL.search(body, position)  # zeros may pad between members
+        position = padding_end.start() if padding_end else len(body)
     return bytes(out)
+
+
+_NOT_NUL = re.compile(rb"[^\0]")
+_FIRST_PIECE = 256
+_LAST_PIECE = 1024 * 1024
 
 
 def _too_large(limit: int, what: str) -> BodyError:
@@ -506,7 +628,10 @@ def bearer_matches(header: str | None, token: str | None) -> bool:
     if header is None:
         return False
     scheme, _, value = header.strip().partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token)
+    # As bytes: compare_digest refuses text that is not ASCII, and a header
+    # is whatever the client sent.
+    given = value.strip().encode("utf-8", "surrogatepass")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given, token.encode("utf-8"))
 
 
 # -- OTLP/HTTP ---------------------------------------------------------------------------
@@ -516,6 +641,7 @@ _GRPC_CODE_OF_STATUS = {
     401: code_pb2.UNAUTHENTICATED,
     404: code_pb2.NOT_FOUND,
     405: code_pb2.UNIMPLEMENTED,
+    408: code_pb2.DEADLINE_EXCEEDED,
     413: code_pb2.RESOURCE_EXHAUSTED,
     415: code_pb2.INVALID_ARGUMENT,
     503: code_pb2.UNAVAILABLE,
@@ -594,7 +720,9 @@ class OtlpHttpApp:
             )
             return
         try:
-            body = await _read_body(receive, headers, self._config.max_body_bytes)
+            body = await _read_body(
+                receive, headers, self._config.max_body_bytes, self._config.read_timeout
+            )
             verdict = await self._receiver.run_blocking(
                 self._receiver.handle_http_body,
                 body,
@@ -615,11 +743,32 @@ def _headers(scope: Scope) -> dict[str, str]:
     }
 
 
-async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        await _drain(receive, limit)
-        raise _too_large(limit, "request")
+async def _read_body(
+    receive: Receive, headers: dict[str, str], limit: int, timeout: float = DEFAULT_READ_TIMEOUT
+) -> bytes:
+    """The whole body, refused as soon as it is known to be too large (from
+    ``Content-Length`` before a byte of it is read), and given ``timeout``
+    seconds in all: a client that trickles a body in holds its memory and
+    connection, so it does not get to hold them for ever."""
+    declared = headers.get("content-length")
+    if declared is not None:
+        if "transfer-encoding" in headers:
+            raise BodyError(
+                400, "the request has both Content-Length and Transfer-Encoding; send one"
+            )
+        if not (declared.isascii() and declared.isdigit()):
+            raise BodyError(400, f"Content-Length {shown(declared, 40)!r} is not a number")
+        if int(declared) > limit:
+            raise _too_large(limit, "request")
+    try:
+        return await asyncio.wait_for(_read_chunks(receive, limit), timeout)
+    except asyncio.TimeoutError:
+        raise BodyError(
+            408, f"the body did not arrive within {timeout:g}s; send it at once"
+        ) from None
+
+
+async def _read_chunks(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -629,20 +778,27 @@ async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> b
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            await _drain(receive, limit)
             raise _too_large(limit, "request")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
+_DRAIN_BYTES = 4 * MiB
+_DRAIN_SECONDS = 5.0
+
+
 async def _drain(receive: Receive, limit: int) -> None:
     """Read (and drop) what is left of a refused body, so the client reads the
-    answer instead of a connection reset mid-upload; past a few times the
-    limit the connection is closed on it instead."""
-    budget = 4 * limit
+    answer instead of a connection reset mid-upload; past a small budget (or
+    a few seconds) the connection is closed on it instead: a refused client
+    gets no more of the receiver's time than it takes to tell it why."""
+    budget = min(4 * limit, _DRAIN_BYTES)
     while budget > 0:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), _DRAIN_SECONDS)
+        except asyncio.TimeoutError:
+            return
         if message["type"] != "http.request" or not message.get("more_body", False):
             return
         budget -= len(message.get("body", b""))
@@ -671,7 +827,9 @@ async def _send_status(
 ) -> None:
     """An OTLP error answer: a ``google.rpc.Status`` in the request's encoding."""
     body_type = content_type or _JSON_TYPE
-    payload = status_pb2.Status(code=_GRPC_CODE_OF_STATUS.get(status, 2), message=message)
+    payload = status_pb2.Status(
+        code=_GRPC_CODE_OF_STATUS.get(status, 2), message=_wire_text(message)
+    )
     await _send(send, status, _encode(payload, body_type), body_type, **extra_headers)
 
 
@@ -711,6 +869,7 @@ class _GrpcStatus(
 
 
 def _grpc_status(code: grpc.StatusCode, message: str, retry_after: int | None) -> _GrpcStatus:
+    message = _wire_text(message)
     details = status_pb2.Status(code=code.value[0], message=message)
     if retry_after is not None:
         hint = AnyProto()
@@ -896,14 +1055,24 @@ class Receiver:
         try:
             await self._server.serve(sockets=[self._http_socket])
         finally:
-            self.begin_stop().wait(self.config.shutdown_grace + 1)
-            self._executor.shutdown(wait=True)
-            self._grpc_executor.shutdown(wait=True)
-            self._stop_releasing()
-            self.intake.flush()
-            self.uploader.stop(timeout=self.config.shutdown_grace)
-            self._http_socket.close()
-            self.spool.close()
+            # Each step on its own: whatever went wrong while serving, the
+            # held episodes are still committed and the spool still closed.
+            for step in (
+                lambda: self.begin_stop().wait(self.config.shutdown_grace + 1),
+                lambda: self._executor.shutdown(wait=True),
+                lambda: self._grpc_executor.shutdown(wait=True),
+                self._stop_releasing,
+                self.intake.flush,
+                lambda: self.uploader.stop(timeout=self.config.shutdown_grace),
+                self._http_socket.close,
+                self.spool.close,
+            ):
+                try:
+                    step()
+                except Exception as exc:
+                    logger.error(
+                        "Stopping: a step failed (%s: %s); going on", type(exc).__name__, shown(exc)
+                    )
 
     def stop(self) -> None:
         """Ask a running :meth:`serve` to drain and return (thread-safe)."""
@@ -939,6 +1108,8 @@ class Receiver:
             return "shutting down"
         if not self.uploader.running:
             return "the uploader is not running"
+        if self.intake.commit_problem is not None:
+            return self.intake.commit_problem
         if not self.intake.has_room():
             return "the spool is at its cap; delivery has to free room first"
         return None
