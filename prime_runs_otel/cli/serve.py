@@ -30,6 +30,7 @@ from ..collector.receiver import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HELD_SPANS,
+    DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE_SECONDS,
     DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_WORKERS,
@@ -114,6 +115,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get to finish on SIGTERM (default: %(default)g)",
     )
     parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT,
+        help="seconds a request body may take to arrive in full (default: %(default)g)",
+    )
+    parser.add_argument(
         "--settle-seconds",
         type=float,
         default=DEFAULT_SETTLE_SECONDS,
@@ -147,6 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         shutdown_grace=args.shutdown_grace,
         workers=args.workers,
+        read_timeout=args.read_timeout,
         settle_seconds=args.settle_seconds,
         max_held_spans=args.max_held_spans,
     )
