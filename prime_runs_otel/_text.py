@@ -9,10 +9,11 @@ that shows such text passes it through :func:`shown` first.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
-__all__ = ["shown"]
+__all__ = ["OneLineFormatter", "configure_logging", "one_line", "shown"]
 
 #: C0 and C1 controls (newline, escape, carriage return, ...), DEL, lone
 #: surrogates, and the bidirectional overrides that reorder what is displayed.
@@ -33,3 +34,29 @@ def shown(value: Any, limit: int = 200) -> str:
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def one_line(text: str) -> str:
+    """``text`` with unsafe characters escaped, whatever its length."""
+    return text if _UNSAFE.search(text) is None else _UNSAFE.sub(_escape, text)
+
+
+class OneLineFormatter(logging.Formatter):
+    """Log records as one line each, whatever their arguments hold.
+
+    The message is escaped after it is formatted, so no run id, span name
+    or platform answer logged anywhere can start a line of its own or send
+    escapes to a terminal; a traceback (added after the message) keeps its
+    lines.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return one_line(super().formatMessage(record))
+
+
+def configure_logging(level: int, fmt: str) -> None:
+    """``logging.basicConfig`` with :class:`OneLineFormatter` on its handler."""
+    logging.basicConfig(level=level, format=fmt)
+    for handler in logging.getLogger().handlers:
+        if type(handler.formatter) is logging.Formatter:
+            handler.setFormatter(OneLineFormatter(fmt))

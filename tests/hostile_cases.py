@@ -124,11 +124,11 @@ def _text(text: str, utf8: bool) -> str:
     return text.encode("utf-8", "replace").decode("utf-8") if utf8 else text
 
 
-def _nested(depth: int) -> Any:
-    value: Any = "bottom"
-    for level in range(depth):
-        value = [value] if level % 2 else {"d": value}
-    return value
+def _nested(depth: int) -> str:
+    """JSON text nested ``depth`` deep (written out: an encoder would recurse)."""
+    opening = "".join('{"d":' if level % 2 == 0 else "[" for level in range(depth))
+    closing = "".join("}" if level % 2 == 0 else "]" for level in reversed(range(depth)))
+    return opening + '"bottom"' + closing
 
 
 def record_blob(spec: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
@@ -137,14 +137,16 @@ def record_blob(spec: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
     record["id"] = spec["id"]
     info = record.setdefault("info", {})
     if spec.get("depth"):
-        info["deep"] = _nested(spec["depth"])
+        info["deep"] = "@deep@"
     if spec.get("bigint"):
         record.setdefault("metrics", {})["huge"] = 10**400
         info["big"] = 2**70
     if spec.get("surrogate"):
         info["\ud800key"] = "value \udfff"
-    raw = json.dumps(record, separators=(",", ":")).encode("utf-8")
-    return record, raw
+    text = json.dumps(record, separators=(",", ":"))
+    if spec.get("depth"):
+        text = text.replace('"@deep@"', _nested(spec["depth"]))
+    return record, text.encode("utf-8")
 
 
 def _span_attributes(span: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,9 +158,7 @@ def _span_attributes(span: Mapping[str, Any]) -> dict[str, Any]:
         attributes.setdefault(sc.EPISODE_ID, {"s": record["id"]})
         attributes[sc.EPISODE_RECORD] = {"a": [{"s": text}]}
         attributes[sc.blob_size_key(sc.EPISODE_RECORD)] = {"i": len(raw)}
-        attributes[sc.blob_sha256_key(sc.EPISODE_RECORD)] = {
-            "s": hashlib.sha256(raw).hexdigest()
-        }
+        attributes[sc.blob_sha256_key(sc.EPISODE_RECORD)] = {"s": hashlib.sha256(raw).hexdigest()}
     return attributes
 
 

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import semconv
+from .._text import configure_logging
 from ..collector.receiver import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
@@ -171,9 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log delivery details")
     args = parser.parse_args(argv)
-    logging.basicConfig(
+    configure_logging(
         level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        fmt="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # One line per platform request drowns the receiver's own messages.
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
