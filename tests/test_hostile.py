@@ -10,19 +10,24 @@ import hashlib
 import json
 import logging
 import os
+import resource
+import signal
+import socket
 import sqlite3
 import stat
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import hostile_cases as hc
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_receiver import ServeProcess, post, protobuf_body, run_spans, serve_env
 
 from prime_runs_otel import semconv as sc
 from prime_runs_otel._text import OneLineFormatter, shown
@@ -493,3 +498,118 @@ def test_runs_prints_hostile_names_escaped(store_with_hostile_run: Path) -> None
     assert "\x1b" not in done.stdout
     assert len(done.stdout.strip().splitlines()) == 2  # the header and one run
     assert "run\\x1b[31m\\x0aforged" in done.stdout
+
+
+# -- serve as a process: bodies, readiness, stopping --------------------------------------
+
+
+def _raw_exchange(port: int, head: bytes, body: bytes = b"", wait: float = 30.0) -> bytes:
+    """Send ``head`` and ``body`` and read whatever the server answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        sock.sendall(head + body)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer and len(answer) > answer.index(b"\r\n\r\n") + 4:
+                    break
+        except (ConnectionResetError, TimeoutError):
+            pass
+        return answer
+
+
+@pytest.fixture(scope="module")
+def serve_for_bodies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    root = tmp_path_factory.mktemp("bodies")
+    serve = ServeProcess(
+        root, serve_env(root, None), "--max-body-mib", "1", "--read-timeout", "1", "--no-grpc"
+    ).start()
+    try:
+        yield serve
+    finally:
+        serve.stop(signal.SIGKILL)
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(serve_for_bodies: ServeProcess) -> None:
+    """The 413 comes from Content-Length alone: the body is never sent here,
+    and the answer does not wait for it."""
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        b"Content-Length: 100000000\r\n\r\n"
+    )
+    answer = _raw_exchange(serve_for_bodies.http_port, head)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_a_body_that_trickles_in_is_cut_off(serve_for_bodies: ServeProcess) -> None:
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        b"Content-Length: 1000\r\n\r\n"
+    )
+    answer = _raw_exchange(serve_for_bodies.http_port, head, b"\x0a\x00")
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"did not arrive within 1s" in answer
+
+
+def test_content_length_with_chunked_is_refused(serve_for_bodies: ServeProcess) -> None:
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    answer = _raw_exchange(serve_for_bodies.http_port, head, b"0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+
+
+def test_a_non_ascii_bearer_token_gets_401(tmp_path: Path) -> None:
+    serve = ServeProcess(tmp_path, serve_env(tmp_path, None), "--token", "s3cret", "--no-grpc")
+    serve.start()
+    try:
+        head = (
+            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            b"Authorization: Bearer s\xe9cret\r\nContent-Length: 0\r\n\r\n"
+        )
+        answer = _raw_exchange(serve.http_port, head)
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+        assert serve.stop(signal.SIGTERM) == 0
+        assert "Traceback" not in serve.log()
+    finally:
+        if serve.process is not None:
+            serve.stop(signal.SIGKILL)
+
+
+def _limit_file_size(limit: int) -> Callable[[], None]:
+    def limit_in_child() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails, EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return limit_in_child
+
+
+def test_readiness_says_when_commits_fail_and_serve_still_stops_cleanly(tmp_path: Path) -> None:
+    """A disk that fills up: the spool cannot grow past 3 MB (a file size
+    limit, real EFBIG from the kernel). Requests are answered 503 to be
+    retried, /readyz says why, and SIGTERM still ends in exit 0."""
+    serve = ServeProcess(tmp_path, serve_env(tmp_path, None), "--no-grpc")
+    serve.preexec = _limit_file_size(3 * 1024 * 1024)
+    serve.start()
+    try:
+        records = list(synthetic_episodes(40, seed=21))
+        for record in records:
+            record["info"] = {"padding": "x" * 200_000}
+        statuses = []
+        for index in range(0, len(records), 4):
+            spans = run_spans(records[index : index + 4], run_id="full-disk", end=False)
+            answer = post(serve.traces_url, protobuf_body(spans))
+            statuses.append(answer.status_code)
+            if answer.status_code == 503:
+                break
+        assert statuses[-1] == 503, statuses
+        ready = httpx.get(f"{serve.url}/readyz", timeout=10)
+        assert ready.status_code == 503
+        assert "commits to the spool fail" in ready.json()["reason"]
+        assert serve.stop(signal.SIGTERM) == 0, serve.log()[-3000:]
+        log = serve.log()
+        assert log.count("Traceback") <= 1, log[-3000:]
+    finally:
+        if serve.process is not None:
+            serve.stop(signal.SIGKILL)
