@@ -17,6 +17,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -613,3 +614,49 @@ def test_readiness_says_when_commits_fail_and_serve_still_stops_cleanly(tmp_path
     finally:
         if serve.process is not None:
             serve.stop(signal.SIGKILL)
+
+
+def test_the_buffer_is_bounded_by_attribute_values_not_only_spans() -> None:
+    """Spans of a hundred tiny attributes each take a hundred times the memory
+    of bare spans: the bound counts their values."""
+    buffer = SpanTreeBuffer(max_spans=1000, max_values=500)
+    many = {f"k{index}": index for index in range(99)}
+    for trace in range(1, 8):
+        buffer.add(_view(1, None, trace=trace, **many))
+    assert len(buffer) == 5  # 100 values each: five fit
+    assert buffer.stats.evicted_spans == 2  # the two oldest traces went
+    assert buffer._values == 500
+    buffer.release(flush=True)
+    assert (len(buffer), buffer._values) == (0, 0)
+
+
+def test_decoding_waits_for_memory_but_a_request_alone_always_goes() -> None:
+    budget = rx.DecodeBudget(limit=100 * rx.DECODE_EXPANSION)
+    with budget.reserve(1000):  # alone: admitted although over the whole budget
+        pass
+    order: list[str] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with budget.reserve(80):
+            order.append("first in")
+            holding.set()
+            release.wait(30)
+            order.append("first out")
+
+    def second() -> None:
+        with budget.reserve(80):
+            order.append("second in")
+
+    one = threading.Thread(target=first)
+    one.start()
+    holding.wait(30)
+    two = threading.Thread(target=second)
+    two.start()
+    two.join(0.5)
+    assert two.is_alive()  # 80 + 80 does not fit 100: it waits
+    release.set()
+    one.join(30)
+    two.join(30)
+    assert order == ["first in", "first out", "second in"]

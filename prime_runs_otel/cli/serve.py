@@ -28,9 +28,11 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from .. import semconv
 from .._text import configure_logging
 from ..collector.receiver import (
+    DECODE_EXPANSION,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HELD_SPANS,
+    DEFAULT_MEMORY_BYTES,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE_SECONDS,
     DEFAULT_SHUTDOWN_GRACE,
@@ -116,6 +118,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get to finish on SIGTERM (default: %(default)g)",
     )
     parser.add_argument(
+        "--memory-mib",
+        type=float,
+        default=DEFAULT_MEMORY_BYTES / MiB,
+        help=f"memory the requests being decoded may take together, counted as "
+        f"{DECODE_EXPANSION}x each decompressed body; more waits its turn (default: %(default)g)",
+    )
+    parser.add_argument(
         "--read-timeout",
         type=float,
         default=DEFAULT_READ_TIMEOUT,
@@ -156,6 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
         workers=args.workers,
         read_timeout=args.read_timeout,
+        memory_bytes=int(args.memory_mib * MiB),
         settle_seconds=args.settle_seconds,
         max_held_spans=args.max_held_spans,
     )

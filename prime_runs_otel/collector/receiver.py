@@ -72,6 +72,14 @@ DEFAULT_MAX_BODY_BYTES = 256 * MiB
 #: A producer that sends nothing for this long and never sent its end span
 #: is taken to have crashed. Long enough for slow rollouts between episodes.
 DEFAULT_IDLE_TIMEOUT = 3600.0
+#: Memory the requests being decoded may take together, estimated as
+#: :data:`DECODE_EXPANSION` times each decompressed body (see :class:`DecodeBudget`).
+DEFAULT_MEMORY_BYTES = 2048 * MiB
+#: What a decoded request takes in memory, at most, per byte of its body:
+#: measured at up to 19 for bodies of nothing but tiny attributes (protobuf
+#: and OTLP/JSON alike, message and span views together); an ordinary body,
+#: mostly long strings, takes 2-3.
+DECODE_EXPANSION = 20
 #: How long a request body may take to arrive, from its first byte to its last.
 DEFAULT_READ_TIMEOUT = 120.0
 #: How long in-flight requests may take to finish after a stop signal.
@@ -120,6 +128,7 @@ class ReceiverConfig:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     workers: int = DEFAULT_WORKERS
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
     read_timeout: float = DEFAULT_READ_TIMEOUT
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     max_held_spans: int = DEFAULT_MAX_HELD_SPANS
@@ -138,6 +147,8 @@ class ReceiverConfig:
             raise ConfigError("the idle timeout must be a positive number of seconds")
         if self.workers < 1:
             raise ConfigError("serve needs at least one worker")
+        if self.memory_bytes < 1:
+            raise ConfigError("serve needs some memory to decode requests in")
         if self.read_timeout <= 0:
             raise ConfigError("the time a request body may take must be positive")
         if self.settle_seconds < 0:
@@ -634,6 +645,43 @@ def bearer_matches(header: str | None, token: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given, token.encode("utf-8"))
 
 
+# -- memory ------------------------------------------------------------------------------
+
+
+class DecodeBudget:
+    """Admits requests to decoding while their worst-case memory fits.
+
+    A decoded request takes up to :data:`DECODE_EXPANSION` times its body
+    (every tiny attribute becomes an object of its own), so four workers at
+    the body cap could want gigabytes at once. Each request reserves its
+    worst case before it is decoded and waits while the others' reservations
+    leave no room; a request alone is always admitted, so one larger than the
+    whole budget still goes through, only never beside another.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._reserved = 0
+        self._admitted = 0
+        self._room = threading.Condition()
+
+    @contextlib.contextmanager
+    def reserve(self, body_bytes: int) -> Iterator[None]:
+        need = body_bytes * DECODE_EXPANSION
+        with self._room:
+            while self._admitted and self._reserved + need > self.limit:
+                self._room.wait()
+            self._reserved += need
+            self._admitted += 1
+        try:
+            yield
+        finally:
+            with self._room:
+                self._reserved -= need
+                self._admitted -= 1
+                self._room.notify_all()
+
+
 # -- OTLP/HTTP ---------------------------------------------------------------------------
 
 _GRPC_CODE_OF_STATUS = {
@@ -924,11 +972,12 @@ class OtlpGrpcService:
         raise AssertionError("abort_with_status() returns only by raising")
 
     def _accept(self, body: bytes) -> Verdict:
-        try:
-            request = decode_protobuf(body)
-        except OtlpDecodeError as exc:
-            return Verdict("invalid", str(exc))
-        return self._receiver.intake.accept(request)
+        with self._receiver.memory.reserve(len(body)):
+            try:
+                request = decode_protobuf(body)
+            except OtlpDecodeError as exc:
+                return Verdict("invalid", str(exc))
+            return self._receiver.intake.accept(request)
 
 
 # -- the server ------------------------------------------------------------------------------
@@ -979,6 +1028,7 @@ class Receiver:
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
         )
+        self.memory = DecodeBudget(config.memory_bytes)
         self._releasing = threading.Event()
         self._releaser = threading.Thread(
             target=self._release_loop, name="otlp-synthesis", daemon=True
@@ -1121,11 +1171,13 @@ class Receiver:
     def handle_http_body(self, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
         data = decompress(body, encoding, self.config.max_body_bytes)
-        try:
-            request = decode_body(data, content_type)
-        except OtlpDecodeError as exc:
-            raise BodyError(400, str(exc)) from None
-        return self.intake.accept(request)
+        with self.memory.reserve(len(data)):
+            try:
+                request = decode_body(data, content_type)
+            except OtlpDecodeError as exc:
+                raise BodyError(400, str(exc)) from None
+            del data
+            return self.intake.accept(request)
 
 
 def _listen(host: str, port: int) -> socket.socket:

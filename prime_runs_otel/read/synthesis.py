@@ -50,6 +50,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: Attribute values held for synthesis at most (about 100 bytes each once
+#: decoded): past it the oldest trace is let go, as past ``max_spans``.
+DEFAULT_MAX_HELD_VALUES = 4_000_000
+
 _EMPTY: Mapping[str, Any] = {}
 
 # -- names the three conventions use --------------------------------------------------
@@ -1202,13 +1206,17 @@ class _TraceState:
     #: The trace's root span arrived while spans end children first (in the
     #: producer's process): nothing more can come under it.
     closed: bool = False
+    #: Attribute values of the held spans (see :func:`_weight`).
+    values: int = 0
 
     def hold(self, view: SpanView) -> bool:
         """Hold ``view``; ``True`` when its id was not held before."""
         previous = self.spans.get(view.span_id)
         if previous is not None:
             self._unlink(previous)
+            self.values -= _weight(previous)
         self.spans[view.span_id] = view
+        self.values += _weight(view)
         if view.parent_span_id is not None:
             self.children.setdefault(view.parent_span_id, set()).add(view.span_id)
         return previous is None
@@ -1218,6 +1226,7 @@ class _TraceState:
         if view is None:
             return False
         self._unlink(view)
+        self.values -= _weight(view)
         return True
 
     def subtree(self, root_id: int) -> list[int]:
@@ -1243,6 +1252,13 @@ class _TraceState:
             siblings.discard(view.span_id)
             if not siblings:
                 del self.children[view.parent_span_id]
+
+
+def _weight(view: SpanView) -> int:
+    """What holding ``view`` costs, in attribute values: a decoded attribute
+    takes about a hundred bytes however small it was on the wire, so the
+    count of them is what bounds the buffer's memory, more than spans are."""
+    return 1 + len(view.attributes) + sum(len(event.attributes) for event in view.events)
 
 
 #: What a released span id stands for: the episode it was synthesised into
@@ -1282,6 +1298,7 @@ class SpanTreeBuffer:
         settle_seconds: float = 0.0,
         max_wait_seconds: float = 60.0,
         max_spans: int = 100_000,
+        max_values: int = DEFAULT_MAX_HELD_VALUES,
         clock: Callable[[], float] = time.monotonic,
         root_traces_as_episodes: bool = False,
     ) -> None:
@@ -1290,6 +1307,8 @@ class SpanTreeBuffer:
         self.settle_seconds = settle_seconds
         self.max_wait_seconds = max(max_wait_seconds, settle_seconds)
         self.max_spans = max_spans
+        self.max_values = max_values
+        self._values = 0
         self.stats = BufferStats()
         self._clock = clock
         self._traces: OrderedDict[int, _TraceState] = OrderedDict()
@@ -1328,10 +1347,12 @@ class SpanTreeBuffer:
             self._add_root_trace(view)
             return
         state = self._state(view.trace_id)
+        before = state.values
         if state.hold(view):
             self._held += 1
         if view.parent_span_id is None and self.settle_seconds == 0:
             state.closed = True
+        self._values += state.values - before
         self._shrink()
 
     def _add_root_trace(self, view: SpanView) -> None:
@@ -1470,6 +1491,7 @@ class SpanTreeBuffer:
         ):
             self.stats.unclaimed_model_calls += sum(map(is_model_call, state.spans.values()))
             self._held -= len(state.spans)
+            self._values -= state.values
             del self._traces[trace_id]
 
     def _evict(self, trace_id: int, reason: str) -> list[SpanTree]:
@@ -1480,6 +1502,7 @@ class SpanTreeBuffer:
             return []
         self.stats.evicted_spans += len(state.spans)
         self._held -= len(state.spans)
+        self._values -= state.values
         logger.warning(
             "Let go of trace %032x (%d held span(s), %d episode(s) waiting) that could not be "
             "processed: %s",
@@ -1496,12 +1519,13 @@ class SpanTreeBuffer:
         return trees
 
     def _shrink(self) -> None:
-        while self._held > self.max_spans and self._traces:
+        while (self._held > self.max_spans or self._values > self.max_values) and self._traces:
             trace_id, state = next(iter(self._traces.items()))
             for span_id, (episode, _) in list(state.roots.items()):
                 self._forced.append(self._take(trace_id, state, span_id, episode, complete=False))
             self.stats.evicted_spans += len(state.spans)
             self._held -= len(state.spans)
+            self._values -= state.values
             del self._traces[trace_id]
 
     # -- bookkeeping --------------------------------------------------------------------
@@ -1542,9 +1566,11 @@ class SpanTreeBuffer:
             self._released.popitem(last=False)
 
     def _drop(self, state: _TraceState, members: Iterable[int]) -> None:
+        before = state.values
         for member in members:
             if state.let_go(member):
                 self._held -= 1
+        self._values -= before - state.values
 
 
 _MESSAGE_PREFIXES = (
