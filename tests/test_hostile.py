@@ -660,3 +660,31 @@ def test_decoding_waits_for_memory_but_a_request_alone_always_goes() -> None:
     one.join(30)
     two.join(30)
     assert order == ["first in", "first out", "second in"]
+
+
+_FULL_DISK_RUN = """
+import resource, signal, sys
+from prime_runs_otel import start_run
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+run = start_run(name="full-disk", environments=["gsm8k"])
+resource.setrlimit(resource.RLIMIT_FSIZE, (3 * 2**20, 3 * 2**20))
+for record in synthetic_episodes(40, seed=1):
+    record["info"] = {"padding": "x" * 100_000}
+    run.record_episode(record)
+print(run.finish("completed", timeout=5).describe())
+"""
+
+
+def test_a_full_disk_in_process_ends_in_a_summary_that_says_why(tmp_path: Path) -> None:
+    """SQLite rolls a transaction back by itself when the disk is full; the
+    spool's own rollback then failed and hid the reason."""
+    env = {**os.environ, "PRIME_RUNS_OTEL_DIR": str(tmp_path / "store"), "PRIME_RUNS_MODE": "local"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK_RUN], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "cannot rollback" not in done.stderr
+    assert "could not commit" in done.stderr and "check disk space" in done.stderr
+    assert "full-disk" in done.stdout or "completed" in done.stdout

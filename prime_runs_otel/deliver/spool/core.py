@@ -230,7 +230,10 @@ class SpoolCore:
             try:
                 yield db
             except BaseException as exc:
-                db.execute("ROLLBACK")
+                # SQLite rolls back by itself on some errors (a full disk):
+                # a second rollback would hide the error that explains it.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 if _is_damage(exc):
                     raise self.damaged(str(exc)) from exc
                 raise
