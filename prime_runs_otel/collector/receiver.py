@@ -355,7 +355,7 @@ class SpanIntake:
         """Commit every item of ``pending`` alone; refuse (count and name) the
         ones that fail on their own. A transient failure stops it, the items
         not yet committed kept for the retry."""
-        rejected = 0
+        rejected = refused = 0
         items = [item for batch in pending for item in _items_of(batch)]
         for index, item in enumerate(items):
             try:
@@ -368,15 +368,19 @@ class SpanIntake:
                 raise
             except Exception as exc:
                 self._refused += 1
-                logger.warning(
-                    "Run %s: refused %s that cannot be stored: %s: %s",
-                    shown(item.identity.local_id),
-                    _describe(item),
-                    type(exc).__name__,
-                    shown(exc),
-                )
+                refused += 1
+                if refused <= 5:
+                    logger.warning(
+                        "Run %s: refused %s that cannot be stored: %s: %s",
+                        shown(item.identity.local_id),
+                        _describe(item),
+                        type(exc).__name__,
+                        shown(exc),
+                    )
                 continue
             rejected += outcome.rejected
+        if refused > 5:
+            logger.warning("%d more item(s) of the batch were refused the same way", refused - 5)
         return IngestOutcome(rejected=rejected)
 
     def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:

@@ -43,6 +43,10 @@ __all__ = ["Grouped", "group_by_run"]
 
 logger = logging.getLogger(__name__)
 
+#: Unreadable spans named one by one per call; the rest are counted, so a
+#: request of a million bad spans is a few log lines, not a million.
+_NAMED_PER_CALL = 5
+
 
 @dataclass
 class Grouped:
@@ -94,14 +98,20 @@ def group_by_run(
             _group_one(view, batches, grouped, trees)
         except Exception as exc:
             grouped.unreadable += 1
-            logger.warning(
-                "Span %s (trace %032x, span %016x) could not be read and was let go: %s: %s",
-                shown(view.name, 80),
-                view.trace_id,
-                view.span_id,
-                type(exc).__name__,
-                shown(exc),
-            )
+            if grouped.unreadable <= _NAMED_PER_CALL:
+                logger.warning(
+                    "Span %s (trace %032x, span %016x) could not be read and was let go: %s: %s",
+                    shown(view.name, 80),
+                    view.trace_id,
+                    view.span_id,
+                    type(exc).__name__,
+                    shown(exc),
+                )
+    if grouped.unreadable > _NAMED_PER_CALL:
+        logger.warning(
+            "%d more span(s) of the same request could not be read and were let go",
+            grouped.unreadable - _NAMED_PER_CALL,
+        )
     if trees is not None:
         for tree in trees.release(flush=flush):
             try:
