@@ -33,7 +33,8 @@ from test_receiver import ServeProcess, post, protobuf_body, run_spans, serve_en
 from prime_runs_otel import semconv as sc
 from prime_runs_otel._text import OneLineFormatter, shown
 from prime_runs_otel.cli import doctor
-from prime_runs_otel.collector import receiver as rx
+from prime_runs_otel.collector import bodies as rx_bodies
+from prime_runs_otel.collector import intake as rx_intake
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.spool import Spool, SpoolError
 from prime_runs_otel.deliver.uploader import Uploader
@@ -277,25 +278,25 @@ def test_many_gzip_members_are_inflated_in_linear_work(monkeypatch: pytest.Monke
         def __getattr__(self, name: str) -> Any:
             return getattr(self._inner, name)
 
-    monkeypatch.setattr(rx.zlib, "decompressobj", Counting)
-    assert rx.decompress(body, "gzip", 10 * 1024 * 1024) == payload
-    assert fed[0] <= len(body) + (members + 1) * rx._FIRST_PIECE
+    monkeypatch.setattr(rx_bodies.zlib, "decompressobj", Counting)
+    assert rx_bodies.decompress(body, "gzip", 10 * 1024 * 1024) == payload
+    assert fed[0] <= len(body) + (members + 1) * rx_bodies._FIRST_PIECE
 
 
 def test_a_non_ascii_bearer_token_is_refused_not_an_error() -> None:
-    assert rx.bearer_matches("Bearer s\u00e9cret", "secret") is False
-    assert rx.bearer_matches("Bearer \udc80", "secret") is False
-    assert rx.bearer_matches("Bearer s\u00e9cret", "s\u00e9cret") is True
+    assert rx_bodies.bearer_matches("Bearer s\u00e9cret", "secret") is False
+    assert rx_bodies.bearer_matches("Bearer \udc80", "secret") is False
+    assert rx_bodies.bearer_matches("Bearer s\u00e9cret", "s\u00e9cret") is True
 
 
 def test_answers_quoting_lone_surrogates_still_encode() -> None:
-    verdict = rx.Verdict("accepted", "episode '\ud800' was refused", rejected=1)
-    assert b"\\ud800" in rx.export_response(verdict).SerializeToString()
+    verdict = rx_intake.Verdict("accepted", "episode '\ud800' was refused", rejected=1)
+    assert b"\\ud800" in rx_intake.export_response(verdict).SerializeToString()
 
 
-def _intake(tmp_path: Path) -> rx.SpanIntake:
+def _intake(tmp_path: Path) -> rx_intake.SpanIntake:
     settings = resolve_settings(spool_dir=str(tmp_path / "store"))
-    return rx.SpanIntake(Spool(settings.spool_path, max_bytes=10**9), settings, None)
+    return rx_intake.SpanIntake(Spool(settings.spool_path, max_bytes=10**9), settings, None)
 
 
 def _arrival(episode_id: str, step: int | None = None) -> EpisodeArrival:
@@ -631,7 +632,7 @@ def test_the_buffer_is_bounded_by_attribute_values_not_only_spans() -> None:
 
 
 def test_decoding_waits_for_memory_but_a_request_alone_always_goes() -> None:
-    budget = rx.DecodeBudget(limit=100 * rx.DECODE_EXPANSION)
+    budget = rx_bodies.DecodeBudget(limit=100 * rx_bodies.DECODE_EXPANSION)
     with budget.reserve(1000):  # alone: admitted although over the whole budget
         pass
     order: list[str] = []

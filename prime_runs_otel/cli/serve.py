@@ -27,14 +27,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import semconv
 from .._text import configure_logging
+from ..collector.bodies import DECODE_EXPANSION
+from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 from ..collector.receiver import (
-    DECODE_EXPANSION,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_HELD_SPANS,
     DEFAULT_MEMORY_BYTES,
     DEFAULT_READ_TIMEOUT,
-    DEFAULT_SETTLE_SECONDS,
     DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_WORKERS,
     TOKEN_ENV,

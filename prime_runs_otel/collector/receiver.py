@@ -12,6 +12,10 @@ Bad input is answered with a 4xx (``INVALID_ARGUMENT`` over gRPC) saying what
 is wrong, because a collector drops a batch answered that way instead of
 retrying it forever. Spans of a request that are fine are kept even when
 others in it are not: those are reported as ``partial_success``.
+
+This module is the two fronts and the process around them; what a body must
+be before it is decoded is :mod:`.bodies`, what becomes of a decoded request
+is :mod:`.intake`.
 """
 
 from __future__ import annotations
@@ -19,21 +23,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hmac
 import ipaddress
 import json
 import logging
-import re
 import signal
 import socket
-import sqlite3
 import threading
-import time
-import zlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import grpc
 import uvicorn
@@ -46,22 +45,63 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
     status_pb2,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from .. import semconv
 from .._text import shown
 from ..config import Settings
-from ..deliver.spool import IngestOutcome, Spool, SpoolError
+from ..deliver.spool import Spool
 from ..deliver.uploader import Uploader
 from ..errors import ConfigError
-from ..read.ingest import group_by_run
-from ..read.otlp import OtlpDecodeError, decode_json, decode_protobuf, span_views
-from ..read.records import RunBatch
-from ..read.spans import SpanView
-from ..read.synthesis import SpanTree, SpanTreeBuffer
+from ..read.otlp import OtlpDecodeError, decode_protobuf
+from .bodies import (
+    JSON_TYPE,
+    BodyError,
+    DecodeBudget,
+    bearer_matches,
+    decode_body,
+    decompress,
+    media_type,
+    too_large,
+)
+from .intake import (
+    DEFAULT_MAX_HELD_SPANS,
+    DEFAULT_SETTLE_SECONDS,
+    SpanIntake,
+    Verdict,
+    export_response,
+    wire_text,
+)
+
+#: With the names of the modules it was split into (intake, bodies) that
+#: callers import from here.
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MEMORY_BYTES",
+    "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_SHUTDOWN_GRACE",
+    "DEFAULT_WORKERS",
+    "GRPC_SERVICE",
+    "TOKEN_ENV",
+    "TRACES_PATH",
+    "BodyError",
+    "DecodeBudget",
+    "MiB",
+    "OtlpGrpcService",
+    "OtlpHttpApp",
+    "Receiver",
+    "ReceiverConfig",
+    "SpanIntake",
+    "Verdict",
+    "bearer_matches",
+    "decode_body",
+    "decompress",
+    "export_response",
+    "is_loopback",
+    "media_type",
+    "run_receiver",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -75,11 +115,6 @@ DEFAULT_IDLE_TIMEOUT = 3600.0
 #: Memory the requests being decoded may take together, estimated as
 #: :data:`DECODE_EXPANSION` times each decompressed body (see :class:`DecodeBudget`).
 DEFAULT_MEMORY_BYTES = 2048 * MiB
-#: What a decoded request takes in memory, at most, per byte of its body:
-#: measured at up to 19 for bodies of nothing but tiny attributes (protobuf
-#: and OTLP/JSON alike, message and span views together); an ordinary body,
-#: mostly long strings, takes 2-3.
-DECODE_EXPANSION = 20
 #: How long a request body may take to arrive, from its first byte to its last.
 DEFAULT_READ_TIMEOUT = 120.0
 #: How long in-flight requests may take to finish after a stop signal.
@@ -87,24 +122,9 @@ DEFAULT_SHUTDOWN_GRACE = 30.0
 #: Requests decoded and committed at once; the rest wait their turn. Spool
 #: commits serialise anyway, and each large request holds its body in memory.
 DEFAULT_WORKERS = 4
-#: Retry hint when the spool is at its cap: delivery frees room at the pace of
-#: the platform, so retrying sooner only repeats the refusal.
-FULL_RETRY_AFTER = 30
-#: Retry hint when a commit failed (a locked or briefly unavailable disk).
-COMMIT_RETRY_AFTER = 5
-#: How long an episode span without a record waits for the spans under it.
-#: A collector batches and sends a trace's spans within seconds of each other
-#: (its batch processor flushes every 200 ms by default, at most a few s).
-DEFAULT_SETTLE_SECONDS = 5.0
-#: Spans held for synthesis at most; past it the oldest trace is let go, its
-#: episodes synthesised from what arrived and counted incomplete.
-DEFAULT_MAX_HELD_SPANS = 100_000
 TOKEN_ENV = "PRIME_RUNS_OTEL_SERVE_TOKEN"
 TRACES_PATH = "/v1/traces"
 GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-
-_PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
-_JSON_TYPE = "application/json"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -164,526 +184,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-# -- the transport-free core ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What to answer for one export request, whatever the transport.
-
-    ``accepted``: committed (``rejected`` spans, if any, are reported as
-    partial success); ``invalid``: nothing of it can ever be accepted;
-    ``full`` / ``unavailable``: nothing was committed, retry after
-    ``retry_after`` seconds.
-    """
-
-    outcome: Literal["accepted", "invalid", "full", "unavailable"]
-    message: str = ""
-    rejected: int = 0
-    retry_after: int | None = None
-
-
-class _WatchedTrees(SpanTreeBuffer):
-    """A span buffer that remembers which episodes its last release let go,
-    so a failed commit can keep exactly those: the collector's retry brings
-    the request's own spans again, but never an episode already released."""
-
-    released: frozenset[str] = frozenset()
-
-    def release(self, *, flush: bool = False) -> list[SpanTree]:
-        trees = super().release(flush=flush)
-        self.released = frozenset(tree.root.episode_id for tree in trees)
-        return trees
-
-
-class SpanIntake:
-    """Export requests → spool commits, shared by the HTTP and gRPC fronts.
-
-    Episode spans without a record wait in :attr:`trees` for the spans under
-    them, which a collector may send in later requests; :meth:`release_settled`
-    (on a timer) and :meth:`flush` (at shutdown) let them go. A run's end is
-    held back while episodes of the run are, so the run is never closed
-    before its last synthesised episode is in the spool. The buffer lives in
-    memory only: spans it holds when the process dies are lost with it, which
-    is why the wait is seconds, not minutes.
-
-    Buffer work and the commit after it run under one lock, so what the
-    buffer releases reaches the spool in order; the spool serialises commits
-    anyway, so the lock costs no parallelism beyond the record checks.
-    """
-
-    def __init__(
-        self,
-        spool: Spool,
-        settings: Settings,
-        uploader: Uploader | None,
-        *,
-        settle_seconds: float = DEFAULT_SETTLE_SECONDS,
-        max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.spool = spool
-        self.settings = settings
-        self._uploader = uploader
-        self.trees = _WatchedTrees(
-            settle_seconds=settle_seconds, max_spans=max_held_spans, clock=clock
-        )
-        self._lock = threading.Lock()
-        #: Run ends waiting for the run's held episodes, by run key.
-        self._held_ends: dict[str, RunBatch] = {}
-        #: Released episodes (and run ends) whose commit failed, retried first.
-        self._uncommitted: list[RunBatch] = []
-        self._report = _BufferReport(self.trees, clock)
-        #: Items of the last commit refused on their own (see :meth:`_commit`).
-        self._refused = 0
-        #: Why the last commit failed, until one succeeds: readiness says so.
-        self.commit_problem: str | None = None
-
-    def has_room(self) -> bool:
-        return self.spool.size_bytes() < self.spool.max_bytes
-
-    def accept(self, request: ExportTraceServiceRequest) -> Verdict:
-        views = list(span_views(request))
-        with self._lock:
-            # Checked before the buffer sees the spans, so a refused batch
-            # leaves no trace: the collector retries it, and it is not counted
-            # lost meanwhile.
-            if not self.has_room() and any(map(_is_episode_span, views)):
-                return self._full()
-            grouped = group_by_run(views, trees=self.trees)
-            self._report.update()
-            self._refused = 0
-            if grouped.unattributed and not grouped.batches and not self._uncommitted:
-                return Verdict(
-                    "invalid",
-                    f"{grouped.unattributed} episode span(s) carry no {semconv.RUN_ID} on "
-                    "their Resource, so they belong to no run; set it with run_resource(...) "
-                    f"or OTEL_RESOURCE_ATTRIBUTES={semconv.RUN_ID}=<run key>",
-                )
-            try:
-                outcome = self._commit(grouped.batches)
-            except _TRANSIENT as exc:
-                logger.error("Committing a batch to the spool %s failed: %s", self.spool.path, exc)
-                return Verdict(
-                    "unavailable",
-                    f"the batch could not be committed to the spool ({exc}); retry later",
-                    retry_after=COMMIT_RETRY_AFTER,
-                )
-        if outcome.rejected:
-            return self._full()
-        corrupt = sum(len(batch.corrupt) for batch in grouped.batches)
-        unreadable = grouped.unreadable + self._refused
-        self._refused = 0
-        return Verdict(
-            "accepted",
-            _rejection_message(grouped.unattributed, corrupt, unreadable),
-            rejected=grouped.unattributed + corrupt + unreadable,
-        )
-
-    def release_settled(self) -> None:
-        """Commit the episodes that waited long enough for their spans.
-
-        While the spool is full they wait on (the buffer's bound still
-        holds): released now, they would only be refused and counted lost.
-        """
-        with self._lock:
-            idle = not (len(self.trees) or self.trees.pending_episodes or self._uncommitted)
-            if (idle and not self._held_ends) or not self.has_room():
-                return
-            grouped = group_by_run((), trees=self.trees)
-            self._report.update()
-            try:
-                self._commit(grouped.batches)
-            except _TRANSIENT as exc:
-                logger.error(
-                    "Committing synthesised episodes to the spool %s failed (%s); retrying",
-                    self.spool.path,
-                    exc,
-                )
-
-    def flush(self) -> None:
-        """Commit every episode still held, with the spans that arrived for it
-        (the process is stopping), and report what synthesis could not keep."""
-        with self._lock:
-            grouped = group_by_run((), trees=self.trees, flush=True)
-            try:
-                self._commit(grouped.batches)
-            except _TRANSIENT as exc:
-                episodes = sum(len(batch.episodes) for batch in self._uncommitted)
-                logger.error(
-                    "Stopping: %d synthesised episode(s) could not be committed to the spool "
-                    "%s and are lost: %s",
-                    episodes,
-                    self.spool.path,
-                    exc,
-                )
-            self._report.summary()
-
-    def _commit(self, batches: list[RunBatch]) -> IngestOutcome:
-        """Commit ``batches`` after anything whose commit failed before, with
-        run ends held back until their runs' episodes are out of the buffer."""
-        ends = self._ends_ready(batches)
-        pending = [*self._uncommitted, *batches, *ends]
-        if not pending:
-            return IngestOutcome()
-        try:
-            outcome = self.spool.ingest(pending, mode=self.settings.mode, register_producer=False)
-        except _TRANSIENT as exc:
-            # The disk, not the items: keep what nothing else would bring again.
-            self._uncommitted = [*self._uncommitted, *_released_part(batches, self.trees), *ends]
-            self.commit_problem = f"commits to the spool fail: {exc}"
-            raise
-        except Exception as exc:
-            # Something in the items: commit them one by one, so the one that
-            # cannot be stored costs itself only, never the requests after it.
-            logger.warning(
-                "A batch could not be committed as a whole (%s: %s); committing its items "
-                "one by one",
-                type(exc).__name__,
-                shown(exc),
-            )
-            outcome = self._commit_each(pending)
-        self._uncommitted = []
-        self.commit_problem = None
-        if self._uploader is not None:
-            self._uploader.wake()
-        return outcome
-
-    def _commit_each(self, pending: list[RunBatch]) -> IngestOutcome:
-        """Commit every item of ``pending`` alone; refuse (count and name) the
-        ones that fail on their own. A transient failure stops it, the items
-        not yet committed kept for the retry."""
-        rejected = refused = 0
-        items = [item for batch in pending for item in _items_of(batch)]
-        for index, item in enumerate(items):
-            try:
-                outcome = self.spool.ingest(
-                    [item], mode=self.settings.mode, register_producer=False
-                )
-            except _TRANSIENT as exc:
-                self._uncommitted = items[index:]
-                self.commit_problem = f"commits to the spool fail: {exc}"
-                raise
-            except Exception as exc:
-                self._refused += 1
-                refused += 1
-                if refused <= 5:
-                    logger.warning(
-                        "Run %s: refused %s that cannot be stored: %s: %s",
-                        shown(item.identity.local_id),
-                        _describe(item),
-                        type(exc).__name__,
-                        shown(exc),
-                    )
-                continue
-            rejected += outcome.rejected
-        if refused > 5:
-            logger.warning("%d more item(s) of the batch were refused the same way", refused - 5)
-        return IngestOutcome(rejected=rejected)
-
-    def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:
-        """Hold back the ends of runs with episodes still in the buffer; return
-        the held ends whose runs have none left."""
-        waiting = {_run_key(episode.view.resource) for episode in self.trees.held_episodes()}
-        for batch in batches:
-            key = batch.identity.local_id
-            if batch.end is not None and key in waiting:
-                self._held_ends[key] = RunBatch(identity=batch.identity, end=batch.end)
-                batch.end = None
-        ready = [key for key in self._held_ends if key not in waiting]
-        return [self._held_ends.pop(key) for key in ready]
-
-    def _full(self) -> Verdict:
-        return Verdict(
-            "full",
-            f"the spool is at its cap of {self.spool.max_bytes} bytes until delivery frees "
-            f"room; retry later (or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES on the receiver)",
-            retry_after=FULL_RETRY_AFTER,
-        )
-
-
-#: Commit failures of the disk or the database, not of what was committed:
-#: the batch is kept (or the collector retries it).
-_TRANSIENT = (SpoolError, sqlite3.OperationalError, OSError, MemoryError)
-
-
-def _items_of(batch: RunBatch) -> list[RunBatch]:
-    """``batch`` as one batch per item, in the order the spool takes them."""
-    identity = batch.identity
-    items = [
-        RunBatch(
-            identity=identity,
-            start=batch.start,
-            corrupt=batch.corrupt,
-            corrupt_metrics=batch.corrupt_metrics,
-        )
-    ]
-    items += [RunBatch(identity=identity, episodes=[episode]) for episode in batch.episodes]
-    items += [RunBatch(identity=identity, metrics=[metrics]) for metrics in batch.metrics]
-    if batch.end is not None:
-        items.append(RunBatch(identity=identity, end=batch.end))
-    return items
-
-
-def _describe(item: RunBatch) -> str:
-    if item.episodes:
-        return f"episode {shown(item.episodes[0].episode_id)}"
-    if item.metrics:
-        return f"the metrics of step {item.metrics[0].step}"
-    if item.end is not None:
-        return "the run's end"
-    return "the run's start"
-
-
-def _is_episode_span(view: SpanView) -> bool:
-    attributes = view.attributes
-    return semconv.EPISODE_ID in attributes or semconv.EPISODE_EXAMPLE_ID in attributes
-
-
-def _run_key(resource: Mapping[str, Any]) -> str | None:
-    key = resource.get(semconv.RUN_ID)
-    return key if isinstance(key, str) and key else None
-
-
-def _released_part(batches: list[RunBatch], trees: _WatchedTrees) -> list[RunBatch]:
-    """The episodes of ``batches`` the buffer released (synthesised ones):
-    nothing else would bring them again after a failed commit."""
-    kept = []
-    for batch in batches:
-        episodes = [item for item in batch.episodes if item.episode_id in trees.released]
-        if episodes:
-            kept.append(RunBatch(identity=batch.identity, episodes=episodes))
-    return kept
-
-
-class _BufferReport:
-    """Logs what the span buffer let go unused. Model-call spans under no
-    episode span are reported at most once a minute: a collector that also
-    forwards an application's other GenAI traces would flood the log."""
-
-    INTERVAL = 60.0
-
-    def __init__(self, trees: SpanTreeBuffer, clock: Callable[[], float]) -> None:
-        self._trees = trees
-        self._clock = clock
-        self._reported_unclaimed = 0
-        self._quiet_until = 0.0
-
-    def update(self) -> None:
-        stats = self._trees.stats
-        unclaimed = stats.unclaimed_model_calls - self._reported_unclaimed
-        now = self._clock()
-        if unclaimed <= 0 or now < self._quiet_until:
-            return
-        self._reported_unclaimed = stats.unclaimed_model_calls
-        self._quiet_until = now + self.INTERVAL
-        logger.warning(
-            "%d model-call span(s) arrived under no episode span within %gs and were let go "
-            "(%d so far). To report them as episodes, wrap each rollout in "
-            "prime_runs_otel.instrument.episode_span(...) in the producer.",
-            unclaimed,
-            self._trees.max_wait_seconds,
-            stats.unclaimed_model_calls,
-        )
-
-    def summary(self) -> None:
-        stats = self._trees.stats
-        self._quiet_until = 0.0
-        self.update()
-        if stats.incomplete_episodes or stats.late_spans or stats.evicted_spans:
-            logger.warning(
-                "Episode synthesis: %d episode(s) went out without all of their spans; %d "
-                "span(s) arrived after their episode, %d were dropped to stay within %d held "
-                "spans",
-                stats.incomplete_episodes,
-                stats.late_spans,
-                stats.evicted_spans,
-                self._trees.max_spans,
-            )
-
-
-def _rejection_message(unattributed: int, corrupt: int, unreadable: int = 0) -> str:
-    parts = []
-    if unreadable:
-        parts.append(
-            f"{unreadable} span(s) or item(s) that could not be read or stored (the "
-            "receiver's log names each and says why)"
-        )
-    if unattributed:
-        parts.append(f"{unattributed} episode span(s) without {semconv.RUN_ID} on their Resource")
-    if corrupt:
-        parts.append(
-            f"{corrupt} episode record(s) damaged on the way (an attribute limit in an SDK or "
-            "collector?); they are counted as lost on their run"
-        )
-    return "; ".join(parts)
-
-
-def _wire_text(message: str) -> str:
-    """``message`` as text protobuf can carry: a message may quote the
-    client's input, lone surrogates and all."""
-    return message.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def export_response(verdict: Verdict) -> ExportTraceServiceResponse:
-    response = ExportTraceServiceResponse()
-    if verdict.rejected or verdict.message:
-        response.partial_success.CopyFrom(
-            ExportTracePartialSuccess(
-                rejected_spans=verdict.rejected, error_message=_wire_text(verdict.message)
-            )
-        )
-    return response
-
-
-# -- request bodies ---------------------------------------------------------------------
-
-
-class BodyError(Exception):
-    """A request the HTTP front refuses before decoding it."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """Undo ``Content-Encoding``, refusing to inflate past ``limit`` bytes
-    (a small gzip body can expand to gigabytes)."""
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding == "gzip":
-        return _inflate(body, 16 + zlib.MAX_WBITS, limit, "gzip")
-    if encoding == "deflate":
-        # "deflate" is zlib-wrapped by the HTTP spec; some clients send it raw.
-        try:
-            return _inflate(body, zlib.MAX_WBITS, limit, "deflate")
-        except BodyError as exc:
-            if exc.status == 413:
-                raise
-            return _inflate(body, -zlib.MAX_WBITS, limit, "deflate")
-    raise BodyError(
-        415,
-        f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or no encoding",
-    )
-
-
-def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
-    """Inflate every member of ``body`` in time linear in its length.
-
-    zlib hands back what follows a finished member as a copy
-    (``unused_data``); fed the whole rest of the body, a body of many tiny
-    members would be copied once per member. So input is fed in pieces that
-    start small and grow only while one member goes on: a member costs its
-    own length plus one small piece.
-    """
-    out = bytearray()
-    view = memoryview(body)
-    position = 0
-    members = wbits > zlib.MAX_WBITS  # gzip allows several; a zlib stream ends once
-    while position < len(body):
-        inflater = zlib.decompressobj(wbits)
-        piece = _FIRST_PIECE
-        while not inflater.eof:
-            if position >= len(body):
-                raise BodyError(400, f"the {name} body is truncated")
-            chunk = view[position : position + piece]
-            position += len(chunk)
-            try:
-                out += inflater.decompress(chunk, limit + 1 - len(out))
-            except zlib.error as exc:
-                raise BodyError(400, f"the {name} body cannot be decompressed ({exc})") from None
-            if len(out) > limit or inflater.unconsumed_tail:
-                raise _too_large(limit, "decompressed")
-            piece = min(piece * 2, _LAST_PIECE)
-        position -= len(inflater.unused_data)
-        if not members:
-            break
-        padding_end = _NOT_NUL.search(body, position)  # zeros may pad between members
-        position = padding_end.start() if padding_end else len(body)
-    return bytes(out)
-
-
-_NOT_NUL = re.compile(rb"[^\0]")
-_FIRST_PIECE = 256
-_LAST_PIECE = 1024 * 1024
-
-
-def _too_large(limit: int, what: str) -> BodyError:
-    return BodyError(
-        413,
-        f"the {what} body is over the receiver's limit of {limit} bytes; raise "
-        "`serve --max-body-mib`, or lower the collector's batch size",
-    )
-
-
-def decode_body(body: bytes, content_type: str) -> ExportTraceServiceRequest:
-    if content_type == _JSON_TYPE:
-        return decode_json(body)
-    return decode_protobuf(body)
-
-
-def media_type(header: str) -> str | None:
-    """``application/x-protobuf`` or ``application/json``, or ``None``."""
-    value = header.split(";", 1)[0].strip().lower()
-    if value in _PROTOBUF_TYPES:
-        return _PROTOBUF_TYPES[0]
-    if value == _JSON_TYPE:
-        return _JSON_TYPE
-    return None
-
-
-def bearer_matches(header: str | None, token: str | None) -> bool:
-    if not token:
-        return True
-    if header is None:
-        return False
-    scheme, _, value = header.strip().partition(" ")
-    # As bytes: compare_digest refuses text that is not ASCII, and a header
-    # is whatever the client sent.
-    given = value.strip().encode("utf-8", "surrogatepass")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given, token.encode("utf-8"))
-
-
-# -- memory ------------------------------------------------------------------------------
-
-
-class DecodeBudget:
-    """Admits requests to decoding while their worst-case memory fits.
-
-    A decoded request takes up to :data:`DECODE_EXPANSION` times its body
-    (every tiny attribute becomes an object of its own), so four workers at
-    the body cap could want gigabytes at once. Each request reserves its
-    worst case before it is decoded and waits while the others' reservations
-    leave no room; a request alone is always admitted, so one larger than the
-    whole budget still goes through, only never beside another.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._reserved = 0
-        self._admitted = 0
-        self._room = threading.Condition()
-
-    @contextlib.contextmanager
-    def reserve(self, body_bytes: int) -> Iterator[None]:
-        need = body_bytes * DECODE_EXPANSION
-        with self._room:
-            while self._admitted and self._reserved + need > self.limit:
-                self._room.wait()
-            self._reserved += need
-            self._admitted += 1
-        try:
-            yield
-        finally:
-            with self._room:
-                self._reserved -= need
-                self._admitted -= 1
-                self._room.notify_all()
 
 
 # -- OTLP/HTTP ---------------------------------------------------------------------------
@@ -811,7 +311,7 @@ async def _read_body(
         if not (declared.isascii() and declared.isdigit()):
             raise BodyError(400, f"Content-Length {shown(declared, 40)!r} is not a number")
         if int(declared) > limit:
-            raise _too_large(limit, "request")
+            raise too_large(limit, "request")
     try:
         return await asyncio.wait_for(_read_chunks(receive, limit), timeout)
     except asyncio.TimeoutError:
@@ -830,7 +330,7 @@ async def _read_chunks(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit, "request")
+            raise too_large(limit, "request")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -878,15 +378,15 @@ async def _send_status(
     **extra_headers: str,
 ) -> None:
     """An OTLP error answer: a ``google.rpc.Status`` in the request's encoding."""
-    body_type = content_type or _JSON_TYPE
+    body_type = content_type or JSON_TYPE
     payload = status_pb2.Status(
-        code=_GRPC_CODE_OF_STATUS.get(status, 2), message=_wire_text(message)
+        code=_GRPC_CODE_OF_STATUS.get(status, 2), message=wire_text(message)
     )
     await _send(send, status, _encode(payload, body_type), body_type, **extra_headers)
 
 
 async def _send_json(send: Send, status: int, payload: Any, **extra_headers: str) -> None:
-    await _send(send, status, json.dumps(payload).encode(), _JSON_TYPE, **extra_headers)
+    await _send(send, status, json.dumps(payload).encode(), JSON_TYPE, **extra_headers)
 
 
 async def _send(
@@ -904,7 +404,7 @@ async def _send(
 
 
 def _encode(message: Any, content_type: str) -> bytes:
-    if content_type == _JSON_TYPE:
+    if content_type == JSON_TYPE:
         return json_format.MessageToJson(message, indent=None).encode()
     data: bytes = message.SerializeToString()
     return data
@@ -921,7 +421,7 @@ class _GrpcStatus(
 
 
 def _grpc_status(code: grpc.StatusCode, message: str, retry_after: int | None) -> _GrpcStatus:
-    message = _wire_text(message)
+    message = wire_text(message)
     details = status_pb2.Status(code=code.value[0], message=message)
     if retry_after is not None:
         hint = AnyProto()
