@@ -1402,10 +1402,10 @@ class SpanTreeBuffer:
                 # Spans are outside input: a trace that breaks the buffer is
                 # let go whole, and every other trace goes on as before.
                 ready.extend(self._evict(trace_id, f"{type(exc).__name__}: {exc}"))
-        episodes = []
+        trees: list[SpanTree] = []
         for tree in ready:
             try:
-                episode = self._as_episode(tree)
+                kept = self._as_episode(tree)
             except Exception as exc:
                 logger.warning(
                     "Let go of the trace of span %016x: %s: %s",
@@ -1414,9 +1414,9 @@ class SpanTreeBuffer:
                     shown(exc),
                 )
                 continue
-            if episode is not None:
-                episodes.append(episode)
-        return episodes
+            if kept is not None:
+                trees.append(kept)
+        return trees
 
     def _as_episode(self, tree: SpanTree) -> SpanTree | None:
         """A root trace is an episode only when it holds model calls; those
