@@ -90,6 +90,8 @@ class ServeProcess:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        #: Run in the child before serve starts (resource limits).
+        self.preexec: Callable[[], None] | None = None
         self.log_path = root / f"serve-{self.http_port}.log"
 
     @property
@@ -114,7 +116,9 @@ class ServeProcess:
             *self.args,
         ]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, env=self.env, stdout=log, stderr=log)
+            self.process = subprocess.Popen(
+                command, env=self.env, stdout=log, stderr=log, preexec_fn=self.preexec
+            )
         try:
             self.wait_ready()
         except BaseException:

@@ -6,14 +6,18 @@ about it. Credentials are reported as present or missing, never printed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from .._json import loads as fast_loads
+from .._text import one_line
 from ..config import Settings, resolve_settings
 from ..deliver.spool import Spool, SpoolError
 from ..errors import ConfigError
@@ -44,8 +48,8 @@ def run_checks(*, spool_dir: str | None = None, timeout: float = 5.0) -> list[Ch
 def _configuration(settings: Settings) -> Check:
     key = "set" if settings.api_key else "missing"
     detail = (
-        f"mode {settings.mode}; API key {key}; API {settings.base_url}; "
-        f"Prime Traces {settings.traces_url}; team {settings.team_id or '(personal)'}"
+        f"mode {settings.mode}; API key {key}; API {_redacted(settings.base_url)}; "
+        f"Prime Traces {_redacted(settings.traces_url)}; team {settings.team_id or '(personal)'}"
     )
     if settings.mode == "local":
         return Check(
@@ -72,6 +76,7 @@ def _spool(settings: Settings) -> Check:
     try:
         spool = Spool(path, max_bytes=settings.spool_max_bytes)
         integrity = _integrity(path)
+        damaged = _damaged_records(path) if integrity == "ok" else 0
         runs = spool.runs()
     except (SpoolError, sqlite3.Error) as exc:
         return Check("spool", FAIL, f"{path}: {exc}", "move the file aside; a new spool is created")
@@ -86,12 +91,29 @@ def _spool(settings: Settings) -> Check:
     )
     if integrity != "ok":
         return Check("spool", FAIL, detail, "move the file aside; a new spool is created")
+    if damaged:
+        return Check(
+            "spool",
+            WARN,
+            detail + f", but {damaged} stored record(s) are damaged on disk",
+            "those episodes fail on delivery, counted on their runs; everything else is "
+            "delivered. Check the disk (dmesg, smartctl)",
+        )
+    shared = _shared(folder, path)
+    if shared:
+        return Check(
+            "spool",
+            WARN,
+            detail + f"; {shared} can be read by other users of this machine, and episodes "
+            "hold prompts and completions",
+            f"chmod 700 {folder} && chmod 600 {path}*",
+        )
     if stuck:
         names = ", ".join(run.local_id[:12] for run in stuck[:5])
         return Check(
             "spool",
             WARN,
-            detail + f"; stuck: {names} ({stuck[0].last_error})",
+            one_line(detail + f"; stuck: {names} ({stuck[0].last_error})"),
             "fix the cause, then `prime-runs-otel push RUN`",
         )
     if size >= 0.8 * settings.spool_max_bytes:
@@ -103,6 +125,47 @@ def _integrity(path: Path) -> str:
     with sqlite3.connect(path, timeout=30) as db:
         row = db.execute("PRAGMA quick_check").fetchone()
     return str(row[0]) if row else "unknown"
+
+
+def _damaged_records(path: Path) -> int:
+    """SQLite checks its pages, not what is in them: a stored record damaged
+    on disk shows only when it is parsed. Every body is parsed here."""
+    damaged = 0
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        for (body,) in db.execute("SELECT body FROM records"):
+            try:
+                fast_loads(body)
+            except (ValueError, RecursionError):
+                damaged += 1
+    return damaged
+
+
+def _shared(folder: Path, path: Path) -> str | None:
+    """The spool's folder or file, when others than its owner may read it."""
+    for member in (folder, path):
+        try:
+            mode = member.stat().st_mode
+        except OSError:
+            continue
+        if mode & 0o077:
+            return f"{member} (mode {oct(mode & 0o777)})"
+    return None
+
+
+def _redacted(url: str) -> str:
+    """A URL fit to print: credentials in it (user:password@, query values) hidden."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "(an unparsable URL)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = urllib.parse.urlencode(
+        [(name, "***") for name, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)],
+        safe="*",
+    )
+    return one_line(urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query)))
 
 
 Probe = Callable[[httpx.Client], httpx.Response]

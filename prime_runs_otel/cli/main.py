@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .. import __version__
+from .._text import configure_logging, one_line, shown
 from ..config import Settings, resolve_settings
 from ..deliver.spool import RunRow, Spool
 from ..deliver.uploader import Uploader, run_summary
@@ -123,7 +124,8 @@ def _print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = Fals
         print(json.dumps(data, indent=2))
         return
     status = _color(result.status, "32" if result.status == "completed" else "33")
-    print(f"run:       {result.local_id} ({status}, {'closed' if result.closed else 'OPEN'})")
+    state = "closed" if result.closed else "OPEN"
+    print(f"run:       {one_line(result.local_id)} ({status}, {state})")
     if result.platform_id:
         print(f"platform:  {result.platform_id}")
     if result.url:
@@ -135,7 +137,7 @@ def _print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = Fals
     )
     print(f"spool:     {result.spool_path}")
     if result.pending:
-        print(f"next:      prime-runs-otel push {result.local_id}")
+        print(f"next:      prime-runs-otel push {one_line(result.local_id)}")
 
 
 # -- demo ---------------------------------------------------------------------
@@ -227,7 +229,7 @@ def _find(spool: Spool, key: str) -> RunRow:
     run = spool.find_run(key)
     if run is None:
         raise PrimeRunsOtelError(
-            f"no run {key!r} in {spool.path} (or the prefix is ambiguous); "
+            f"no run {shown(key)!r} in {spool.path} (or the prefix is ambiguous); "
             "`prime-runs-otel runs` lists them"
         )
     return run
@@ -259,7 +261,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for row in rows:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.created_at))
         print(
-            f"{row.local_id:<34} {(row.name or '-')[:28]:<28} {row.kind:<5} "
+            f"{one_line(row.local_id):<34} {one_line((row.name or '-')[:28]):<28} {row.kind:<5} "
             f"{_run_status(row)[:20]:<20} {row.episodes:>8} {spool.pending_count(row.local_id):>7}"
             f"  {created}"
         )
@@ -311,7 +313,7 @@ def _print_show(spool: Spool, run: RunRow, *, as_json: bool) -> None:
         if value is None:
             continue
         text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
-        print(f"{key:<{width}}  {text}")
+        print(f"{key:<{width}}  {one_line(str(text))}")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -389,10 +391,12 @@ def cmd_push(args: argparse.Namespace) -> int:
         pending = spool.pending_count(key)
         incomplete = incomplete or pending > 0 or row.failed > 0
         print(
-            f"{row.local_id}: {_run_status(row)}, {row.episodes} episode(s), {pending} pending, "
-            f"{row.failed} failed, {row.uncertain} uncertain"
-            + (f", {row.url}" if row.url else "")
-            + (f" — {row.last_error}" if row.last_error else "")
+            one_line(
+                f"{row.local_id}: {_run_status(row)}, {row.episodes} episode(s), {pending} "
+                f"pending, {row.failed} failed, {row.uncertain} uncertain"
+                + (f", {row.url}" if row.url else "")
+                + (f" — {row.last_error}" if row.last_error else "")
+            )
         )
     return EXIT_INCOMPLETE if incomplete else EXIT_OK
 
@@ -514,9 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     serving = args.command == "serve"
-    logging.basicConfig(
+    configure_logging(
         level=logging.INFO if args.verbose or serving else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        fmt="%(asctime)s %(levelname)s %(name)s: %(message)s"
         if serving
         else "%(levelname)s %(name)s: %(message)s",
     )

@@ -26,11 +26,14 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import semconv
+from .._text import configure_logging
+from ..collector.bodies import DECODE_EXPANSION
+from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 from ..collector.receiver import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_HELD_SPANS,
-    DEFAULT_SETTLE_SECONDS,
+    DEFAULT_MEMORY_BYTES,
+    DEFAULT_READ_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_WORKERS,
     TOKEN_ENV,
@@ -114,6 +117,19 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get to finish on SIGTERM (default: %(default)g)",
     )
     parser.add_argument(
+        "--memory-mib",
+        type=float,
+        default=DEFAULT_MEMORY_BYTES / MiB,
+        help=f"memory the requests being decoded may take together, counted as "
+        f"{DECODE_EXPANSION}x each decompressed body; more waits its turn (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT,
+        help="seconds a request body may take to arrive in full (default: %(default)g)",
+    )
+    parser.add_argument(
         "--settle-seconds",
         type=float,
         default=DEFAULT_SETTLE_SECONDS,
@@ -147,6 +163,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         shutdown_grace=args.shutdown_grace,
         workers=args.workers,
+        read_timeout=args.read_timeout,
+        memory_bytes=int(args.memory_mib * MiB),
         settle_seconds=args.settle_seconds,
         max_held_spans=args.max_held_spans,
     )
@@ -163,9 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log delivery details")
     args = parser.parse_args(argv)
-    logging.basicConfig(
+    configure_logging(
         level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        fmt="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # One line per platform request drowns the receiver's own messages.
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)

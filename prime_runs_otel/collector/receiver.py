@@ -12,6 +12,10 @@ Bad input is answered with a 4xx (``INVALID_ARGUMENT`` over gRPC) saying what
 is wrong, because a collector drops a batch answered that way instead of
 retrying it forever. Spans of a request that are fine are kept even when
 others in it are not: those are reported as ``partial_success``.
+
+This module is the two fronts and the process around them; what a body must
+be before it is decoded is :mod:`.bodies`, what becomes of a decoded request
+is :mod:`.intake`.
 """
 
 from __future__ import annotations
@@ -19,20 +23,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hmac
 import ipaddress
 import json
 import logging
 import signal
 import socket
-import sqlite3
 import threading
-import time
-import zlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import grpc
 import uvicorn
@@ -45,21 +45,63 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
     status_pb2,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from .. import semconv
+from .._text import shown
 from ..config import Settings
-from ..deliver.spool import IngestOutcome, Spool, SpoolError
+from ..deliver.spool import Spool
 from ..deliver.uploader import Uploader
 from ..errors import ConfigError
-from ..read.ingest import group_by_run
-from ..read.otlp import OtlpDecodeError, decode_json, decode_protobuf, span_views
-from ..read.records import RunBatch
-from ..read.spans import SpanView
-from ..read.synthesis import SpanTree, SpanTreeBuffer
+from ..read.otlp import OtlpDecodeError, decode_protobuf
+from .bodies import (
+    JSON_TYPE,
+    BodyError,
+    DecodeBudget,
+    bearer_matches,
+    decode_body,
+    decompress,
+    media_type,
+    too_large,
+)
+from .intake import (
+    DEFAULT_MAX_HELD_SPANS,
+    DEFAULT_SETTLE_SECONDS,
+    SpanIntake,
+    Verdict,
+    export_response,
+    wire_text,
+)
+
+#: With the names of the modules it was split into (intake, bodies) that
+#: callers import from here.
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MEMORY_BYTES",
+    "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_SHUTDOWN_GRACE",
+    "DEFAULT_WORKERS",
+    "GRPC_SERVICE",
+    "TOKEN_ENV",
+    "TRACES_PATH",
+    "BodyError",
+    "DecodeBudget",
+    "MiB",
+    "OtlpGrpcService",
+    "OtlpHttpApp",
+    "Receiver",
+    "ReceiverConfig",
+    "SpanIntake",
+    "Verdict",
+    "bearer_matches",
+    "decode_body",
+    "decompress",
+    "export_response",
+    "is_loopback",
+    "media_type",
+    "run_receiver",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,29 +112,19 @@ DEFAULT_MAX_BODY_BYTES = 256 * MiB
 #: A producer that sends nothing for this long and never sent its end span
 #: is taken to have crashed. Long enough for slow rollouts between episodes.
 DEFAULT_IDLE_TIMEOUT = 3600.0
+#: Memory the requests being decoded may take together, estimated as
+#: :data:`DECODE_EXPANSION` times each decompressed body (see :class:`DecodeBudget`).
+DEFAULT_MEMORY_BYTES = 2048 * MiB
+#: How long a request body may take to arrive, from its first byte to its last.
+DEFAULT_READ_TIMEOUT = 120.0
 #: How long in-flight requests may take to finish after a stop signal.
 DEFAULT_SHUTDOWN_GRACE = 30.0
 #: Requests decoded and committed at once; the rest wait their turn. Spool
 #: commits serialise anyway, and each large request holds its body in memory.
 DEFAULT_WORKERS = 4
-#: Retry hint when the spool is at its cap: delivery frees room at the pace of
-#: the platform, so retrying sooner only repeats the refusal.
-FULL_RETRY_AFTER = 30
-#: Retry hint when a commit failed (a locked or briefly unavailable disk).
-COMMIT_RETRY_AFTER = 5
-#: How long an episode span without a record waits for the spans under it.
-#: A collector batches and sends a trace's spans within seconds of each other
-#: (its batch processor flushes every 200 ms by default, at most a few s).
-DEFAULT_SETTLE_SECONDS = 5.0
-#: Spans held for synthesis at most; past it the oldest trace is let go, its
-#: episodes synthesised from what arrived and counted incomplete.
-DEFAULT_MAX_HELD_SPANS = 100_000
 TOKEN_ENV = "PRIME_RUNS_OTEL_SERVE_TOKEN"
 TRACES_PATH = "/v1/traces"
 GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-
-_PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
-_JSON_TYPE = "application/json"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -116,6 +148,8 @@ class ReceiverConfig:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     workers: int = DEFAULT_WORKERS
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+    read_timeout: float = DEFAULT_READ_TIMEOUT
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     max_held_spans: int = DEFAULT_MAX_HELD_SPANS
 
@@ -133,6 +167,10 @@ class ReceiverConfig:
             raise ConfigError("the idle timeout must be a positive number of seconds")
         if self.workers < 1:
             raise ConfigError("serve needs at least one worker")
+        if self.memory_bytes < 1:
+            raise ConfigError("serve needs some memory to decode requests in")
+        if self.read_timeout <= 0:
+            raise ConfigError("the time a request body may take must be positive")
         if self.settle_seconds < 0:
             raise ConfigError("the wait for an episode's spans cannot be negative")
         if self.max_held_spans < 1:
@@ -148,367 +186,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-# -- the transport-free core ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What to answer for one export request, whatever the transport.
-
-    ``accepted``: committed (``rejected`` spans, if any, are reported as
-    partial success); ``invalid``: nothing of it can ever be accepted;
-    ``full`` / ``unavailable``: nothing was committed, retry after
-    ``retry_after`` seconds.
-    """
-
-    outcome: Literal["accepted", "invalid", "full", "unavailable"]
-    message: str = ""
-    rejected: int = 0
-    retry_after: int | None = None
-
-
-class _WatchedTrees(SpanTreeBuffer):
-    """A span buffer that remembers which episodes its last release let go,
-    so a failed commit can keep exactly those: the collector's retry brings
-    the request's own spans again, but never an episode already released."""
-
-    released: frozenset[str] = frozenset()
-
-    def release(self, *, flush: bool = False) -> list[SpanTree]:
-        trees = super().release(flush=flush)
-        self.released = frozenset(tree.root.episode_id for tree in trees)
-        return trees
-
-
-class SpanIntake:
-    """Export requests → spool commits, shared by the HTTP and gRPC fronts.
-
-    Episode spans without a record wait in :attr:`trees` for the spans under
-    them, which a collector may send in later requests; :meth:`release_settled`
-    (on a timer) and :meth:`flush` (at shutdown) let them go. A run's end is
-    held back while episodes of the run are, so the run is never closed
-    before its last synthesised episode is in the spool. The buffer lives in
-    memory only: spans it holds when the process dies are lost with it, which
-    is why the wait is seconds, not minutes.
-
-    Buffer work and the commit after it run under one lock, so what the
-    buffer releases reaches the spool in order; the spool serialises commits
-    anyway, so the lock costs no parallelism beyond the record checks.
-    """
-
-    def __init__(
-        self,
-        spool: Spool,
-        settings: Settings,
-        uploader: Uploader | None,
-        *,
-        settle_seconds: float = DEFAULT_SETTLE_SECONDS,
-        max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.spool = spool
-        self.settings = settings
-        self._uploader = uploader
-        self.trees = _WatchedTrees(
-            settle_seconds=settle_seconds, max_spans=max_held_spans, clock=clock
-        )
-        self._lock = threading.Lock()
-        #: Run ends waiting for the run's held episodes, by run key.
-        self._held_ends: dict[str, RunBatch] = {}
-        #: Released episodes (and run ends) whose commit failed, retried first.
-        self._uncommitted: list[RunBatch] = []
-        self._report = _BufferReport(self.trees, clock)
-
-    def has_room(self) -> bool:
-        return self.spool.size_bytes() < self.spool.max_bytes
-
-    def accept(self, request: ExportTraceServiceRequest) -> Verdict:
-        views = list(span_views(request))
-        with self._lock:
-            # Checked before the buffer sees the spans, so a refused batch
-            # leaves no trace: the collector retries it, and it is not counted
-            # lost meanwhile.
-            if not self.has_room() and any(map(_is_episode_span, views)):
-                return self._full()
-            grouped = group_by_run(views, trees=self.trees)
-            self._report.update()
-            if grouped.unattributed and not grouped.batches and not self._uncommitted:
-                return Verdict(
-                    "invalid",
-                    f"{grouped.unattributed} episode span(s) carry no {semconv.RUN_ID} on "
-                    "their Resource, so they belong to no run; set it with run_resource(...) "
-                    f"or OTEL_RESOURCE_ATTRIBUTES={semconv.RUN_ID}=<run key>",
-                )
-            try:
-                outcome = self._commit(grouped.batches)
-            except (SpoolError, sqlite3.Error, OSError) as exc:
-                logger.error("Committing a batch to the spool %s failed: %s", self.spool.path, exc)
-                return Verdict(
-                    "unavailable",
-                    f"the batch could not be committed to the spool ({exc}); retry later",
-                    retry_after=COMMIT_RETRY_AFTER,
-                )
-        if outcome.rejected:
-            return self._full()
-        corrupt = sum(len(batch.corrupt) for batch in grouped.batches)
-        return Verdict(
-            "accepted",
-            _rejection_message(grouped.unattributed, corrupt),
-            rejected=grouped.unattributed + corrupt,
-        )
-
-    def release_settled(self) -> None:
-        """Commit the episodes that waited long enough for their spans.
-
-        While the spool is full they wait on (the buffer's bound still
-        holds): released now, they would only be refused and counted lost.
-        """
-        with self._lock:
-            idle = not (len(self.trees) or self.trees.pending_episodes or self._uncommitted)
-            if (idle and not self._held_ends) or not self.has_room():
-                return
-            grouped = group_by_run((), trees=self.trees)
-            self._report.update()
-            try:
-                self._commit(grouped.batches)
-            except (SpoolError, sqlite3.Error, OSError) as exc:
-                logger.error(
-                    "Committing synthesised episodes to the spool %s failed (%s); retrying",
-                    self.spool.path,
-                    exc,
-                )
-
-    def flush(self) -> None:
-        """Commit every episode still held, with the spans that arrived for it
-        (the process is stopping), and report what synthesis could not keep."""
-        with self._lock:
-            grouped = group_by_run((), trees=self.trees, flush=True)
-            try:
-                self._commit(grouped.batches)
-            except (SpoolError, sqlite3.Error, OSError) as exc:
-                episodes = sum(len(batch.episodes) for batch in self._uncommitted)
-                logger.error(
-                    "Stopping: %d synthesised episode(s) could not be committed to the spool "
-                    "%s and are lost: %s",
-                    episodes,
-                    self.spool.path,
-                    exc,
-                )
-            self._report.summary()
-
-    def _commit(self, batches: list[RunBatch]) -> IngestOutcome:
-        """Commit ``batches`` after anything whose commit failed before, with
-        run ends held back until their runs' episodes are out of the buffer."""
-        ends = self._ends_ready(batches)
-        pending = [*self._uncommitted, *batches, *ends]
-        if not pending:
-            return IngestOutcome()
-        try:
-            outcome = self.spool.ingest(pending, mode=self.settings.mode, register_producer=False)
-        except BaseException:
-            self._uncommitted = [*self._uncommitted, *_released_part(batches, self.trees), *ends]
-            raise
-        self._uncommitted = []
-        if self._uploader is not None:
-            self._uploader.wake()
-        return outcome
-
-    def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:
-        """Hold back the ends of runs with episodes still in the buffer; return
-        the held ends whose runs have none left."""
-        waiting = {_run_key(episode.view.resource) for episode in self.trees.held_episodes()}
-        for batch in batches:
-            key = batch.identity.local_id
-            if batch.end is not None and key in waiting:
-                self._held_ends[key] = RunBatch(identity=batch.identity, end=batch.end)
-                batch.end = None
-        ready = [key for key in self._held_ends if key not in waiting]
-        return [self._held_ends.pop(key) for key in ready]
-
-    def _full(self) -> Verdict:
-        return Verdict(
-            "full",
-            f"the spool is at its cap of {self.spool.max_bytes} bytes until delivery frees "
-            f"room; retry later (or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES on the receiver)",
-            retry_after=FULL_RETRY_AFTER,
-        )
-
-
-def _is_episode_span(view: SpanView) -> bool:
-    attributes = view.attributes
-    return semconv.EPISODE_ID in attributes or semconv.EPISODE_EXAMPLE_ID in attributes
-
-
-def _run_key(resource: Mapping[str, Any]) -> str | None:
-    key = resource.get(semconv.RUN_ID)
-    return key if isinstance(key, str) and key else None
-
-
-def _released_part(batches: list[RunBatch], trees: _WatchedTrees) -> list[RunBatch]:
-    """The episodes of ``batches`` the buffer released (synthesised ones):
-    nothing else would bring them again after a failed commit."""
-    kept = []
-    for batch in batches:
-        episodes = [item for item in batch.episodes if item.episode_id in trees.released]
-        if episodes:
-            kept.append(RunBatch(identity=batch.identity, episodes=episodes))
-    return kept
-
-
-class _BufferReport:
-    """Logs what the span buffer let go unused. Model-call spans under no
-    episode span are reported at most once a minute: a collector that also
-    forwards an application's other GenAI traces would flood the log."""
-
-    INTERVAL = 60.0
-
-    def __init__(self, trees: SpanTreeBuffer, clock: Callable[[], float]) -> None:
-        self._trees = trees
-        self._clock = clock
-        self._reported_unclaimed = 0
-        self._quiet_until = 0.0
-
-    def update(self) -> None:
-        stats = self._trees.stats
-        unclaimed = stats.unclaimed_model_calls - self._reported_unclaimed
-        now = self._clock()
-        if unclaimed <= 0 or now < self._quiet_until:
-            return
-        self._reported_unclaimed = stats.unclaimed_model_calls
-        self._quiet_until = now + self.INTERVAL
-        logger.warning(
-            "%d model-call span(s) arrived under no episode span within %gs and were let go "
-            "(%d so far). To report them as episodes, wrap each rollout in "
-            "prime_runs_otel.instrument.episode_span(...) in the producer.",
-            unclaimed,
-            self._trees.max_wait_seconds,
-            stats.unclaimed_model_calls,
-        )
-
-    def summary(self) -> None:
-        stats = self._trees.stats
-        self._quiet_until = 0.0
-        self.update()
-        if stats.incomplete_episodes or stats.late_spans or stats.evicted_spans:
-            logger.warning(
-                "Episode synthesis: %d episode(s) went out without all of their spans; %d "
-                "span(s) arrived after their episode, %d were dropped to stay within %d held "
-                "spans",
-                stats.incomplete_episodes,
-                stats.late_spans,
-                stats.evicted_spans,
-                self._trees.max_spans,
-            )
-
-
-def _rejection_message(unattributed: int, corrupt: int) -> str:
-    parts = []
-    if unattributed:
-        parts.append(f"{unattributed} episode span(s) without {semconv.RUN_ID} on their Resource")
-    if corrupt:
-        parts.append(
-            f"{corrupt} episode record(s) damaged on the way (an attribute limit in an SDK or "
-            "collector?); they are counted as lost on their run"
-        )
-    return "; ".join(parts)
-
-
-def export_response(verdict: Verdict) -> ExportTraceServiceResponse:
-    response = ExportTraceServiceResponse()
-    if verdict.rejected or verdict.message:
-        response.partial_success.CopyFrom(
-            ExportTracePartialSuccess(
-                rejected_spans=verdict.rejected, error_message=verdict.message
-            )
-        )
-    return response
-
-
-# -- request bodies ---------------------------------------------------------------------
-
-
-class BodyError(Exception):
-    """A request the HTTP front refuses before decoding it."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """Undo ``Content-Encoding``, refusing to inflate past ``limit`` bytes
-    (a small gzip body can expand to gigabytes)."""
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding == "gzip":
-        return _inflate(body, 16 + zlib.MAX_WBITS, limit, "gzip")
-    if encoding == "deflate":
-        # "deflate" is zlib-wrapped by the HTTP spec; some clients send it raw.
-        try:
-            return _inflate(body, zlib.MAX_WBITS, limit, "deflate")
-        except BodyError as exc:
-            if exc.status == 413:
-                raise
-            return _inflate(body, -zlib.MAX_WBITS, limit, "deflate")
-    raise BodyError(
-        415,
-        f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or no encoding",
-    )
-
-
-def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
-    out = bytearray()
-    data = body
-    while data:
-        inflater = zlib.decompressobj(wbits)
-        try:
-            out += inflater.decompress(data, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise BodyError(400, f"the {name} body cannot be decompressed ({exc})") from None
-        if len(out) > limit:
-            raise _too_large(limit, "decompressed")
-        if not inflater.eof:
-            raise BodyError(400, f"the {name} body is truncated")
-        # gzip allows several members one after another; zlib streams end once.
-        data = inflater.unused_data.lstrip(b"\0") if wbits > zlib.MAX_WBITS else b""
-    return bytes(out)
-
-
-def _too_large(limit: int, what: str) -> BodyError:
-    return BodyError(
-        413,
-        f"the {what} body is over the receiver's limit of {limit} bytes; raise "
-        "`serve --max-body-mib`, or lower the collector's batch size",
-    )
-
-
-def decode_body(body: bytes, content_type: str) -> ExportTraceServiceRequest:
-    if content_type == _JSON_TYPE:
-        return decode_json(body)
-    return decode_protobuf(body)
-
-
-def media_type(header: str) -> str | None:
-    """``application/x-protobuf`` or ``application/json``, or ``None``."""
-    value = header.split(";", 1)[0].strip().lower()
-    if value in _PROTOBUF_TYPES:
-        return _PROTOBUF_TYPES[0]
-    if value == _JSON_TYPE:
-        return _JSON_TYPE
-    return None
-
-
-def bearer_matches(header: str | None, token: str | None) -> bool:
-    if not token:
-        return True
-    if header is None:
-        return False
-    scheme, _, value = header.strip().partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token)
-
-
 # -- OTLP/HTTP ---------------------------------------------------------------------------
 
 _GRPC_CODE_OF_STATUS = {
@@ -516,6 +193,7 @@ _GRPC_CODE_OF_STATUS = {
     401: code_pb2.UNAUTHENTICATED,
     404: code_pb2.NOT_FOUND,
     405: code_pb2.UNIMPLEMENTED,
+    408: code_pb2.DEADLINE_EXCEEDED,
     413: code_pb2.RESOURCE_EXHAUSTED,
     415: code_pb2.INVALID_ARGUMENT,
     503: code_pb2.UNAVAILABLE,
@@ -594,7 +272,9 @@ class OtlpHttpApp:
             )
             return
         try:
-            body = await _read_body(receive, headers, self._config.max_body_bytes)
+            body = await _read_body(
+                receive, headers, self._config.max_body_bytes, self._config.read_timeout
+            )
             verdict = await self._receiver.run_blocking(
                 self._receiver.handle_http_body,
                 body,
@@ -615,11 +295,32 @@ def _headers(scope: Scope) -> dict[str, str]:
     }
 
 
-async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        await _drain(receive, limit)
-        raise _too_large(limit, "request")
+async def _read_body(
+    receive: Receive, headers: dict[str, str], limit: int, timeout: float = DEFAULT_READ_TIMEOUT
+) -> bytes:
+    """The whole body, refused as soon as it is known to be too large (from
+    ``Content-Length`` before a byte of it is read), and given ``timeout``
+    seconds in all: a client that trickles a body in holds its memory and
+    connection, so it does not get to hold them for ever."""
+    declared = headers.get("content-length")
+    if declared is not None:
+        if "transfer-encoding" in headers:
+            raise BodyError(
+                400, "the request has both Content-Length and Transfer-Encoding; send one"
+            )
+        if not (declared.isascii() and declared.isdigit()):
+            raise BodyError(400, f"Content-Length {shown(declared, 40)!r} is not a number")
+        if int(declared) > limit:
+            raise too_large(limit, "request")
+    try:
+        return await asyncio.wait_for(_read_chunks(receive, limit), timeout)
+    except asyncio.TimeoutError:
+        raise BodyError(
+            408, f"the body did not arrive within {timeout:g}s; send it at once"
+        ) from None
+
+
+async def _read_chunks(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -629,20 +330,27 @@ async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> b
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            await _drain(receive, limit)
-            raise _too_large(limit, "request")
+            raise too_large(limit, "request")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
+_DRAIN_BYTES = 4 * MiB
+_DRAIN_SECONDS = 5.0
+
+
 async def _drain(receive: Receive, limit: int) -> None:
     """Read (and drop) what is left of a refused body, so the client reads the
-    answer instead of a connection reset mid-upload; past a few times the
-    limit the connection is closed on it instead."""
-    budget = 4 * limit
+    answer instead of a connection reset mid-upload; past a small budget (or
+    a few seconds) the connection is closed on it instead: a refused client
+    gets no more of the receiver's time than it takes to tell it why."""
+    budget = min(4 * limit, _DRAIN_BYTES)
     while budget > 0:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), _DRAIN_SECONDS)
+        except asyncio.TimeoutError:
+            return
         if message["type"] != "http.request" or not message.get("more_body", False):
             return
         budget -= len(message.get("body", b""))
@@ -670,13 +378,15 @@ async def _send_status(
     **extra_headers: str,
 ) -> None:
     """An OTLP error answer: a ``google.rpc.Status`` in the request's encoding."""
-    body_type = content_type or _JSON_TYPE
-    payload = status_pb2.Status(code=_GRPC_CODE_OF_STATUS.get(status, 2), message=message)
+    body_type = content_type or JSON_TYPE
+    payload = status_pb2.Status(
+        code=_GRPC_CODE_OF_STATUS.get(status, 2), message=wire_text(message)
+    )
     await _send(send, status, _encode(payload, body_type), body_type, **extra_headers)
 
 
 async def _send_json(send: Send, status: int, payload: Any, **extra_headers: str) -> None:
-    await _send(send, status, json.dumps(payload).encode(), _JSON_TYPE, **extra_headers)
+    await _send(send, status, json.dumps(payload).encode(), JSON_TYPE, **extra_headers)
 
 
 async def _send(
@@ -694,7 +404,7 @@ async def _send(
 
 
 def _encode(message: Any, content_type: str) -> bytes:
-    if content_type == _JSON_TYPE:
+    if content_type == JSON_TYPE:
         return json_format.MessageToJson(message, indent=None).encode()
     data: bytes = message.SerializeToString()
     return data
@@ -711,6 +421,7 @@ class _GrpcStatus(
 
 
 def _grpc_status(code: grpc.StatusCode, message: str, retry_after: int | None) -> _GrpcStatus:
+    message = wire_text(message)
     details = status_pb2.Status(code=code.value[0], message=message)
     if retry_after is not None:
         hint = AnyProto()
@@ -765,11 +476,12 @@ class OtlpGrpcService:
         raise AssertionError("abort_with_status() returns only by raising")
 
     def _accept(self, body: bytes) -> Verdict:
-        try:
-            request = decode_protobuf(body)
-        except OtlpDecodeError as exc:
-            return Verdict("invalid", str(exc))
-        return self._receiver.intake.accept(request)
+        with self._receiver.memory.reserve(len(body)):
+            try:
+                request = decode_protobuf(body)
+            except OtlpDecodeError as exc:
+                return Verdict("invalid", str(exc))
+            return self._receiver.intake.accept(request)
 
 
 # -- the server ------------------------------------------------------------------------------
@@ -820,6 +532,7 @@ class Receiver:
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
         )
+        self.memory = DecodeBudget(config.memory_bytes)
         self._releasing = threading.Event()
         self._releaser = threading.Thread(
             target=self._release_loop, name="otlp-synthesis", daemon=True
@@ -896,14 +609,24 @@ class Receiver:
         try:
             await self._server.serve(sockets=[self._http_socket])
         finally:
-            self.begin_stop().wait(self.config.shutdown_grace + 1)
-            self._executor.shutdown(wait=True)
-            self._grpc_executor.shutdown(wait=True)
-            self._stop_releasing()
-            self.intake.flush()
-            self.uploader.stop(timeout=self.config.shutdown_grace)
-            self._http_socket.close()
-            self.spool.close()
+            # Each step on its own: whatever went wrong while serving, the
+            # held episodes are still committed and the spool still closed.
+            for step in (
+                lambda: self.begin_stop().wait(self.config.shutdown_grace + 1),
+                lambda: self._executor.shutdown(wait=True),
+                lambda: self._grpc_executor.shutdown(wait=True),
+                self._stop_releasing,
+                self.intake.flush,
+                lambda: self.uploader.stop(timeout=self.config.shutdown_grace),
+                self._http_socket.close,
+                self.spool.close,
+            ):
+                try:
+                    step()
+                except Exception as exc:
+                    logger.error(
+                        "Stopping: a step failed (%s: %s); going on", type(exc).__name__, shown(exc)
+                    )
 
     def stop(self) -> None:
         """Ask a running :meth:`serve` to drain and return (thread-safe)."""
@@ -939,6 +662,8 @@ class Receiver:
             return "shutting down"
         if not self.uploader.running:
             return "the uploader is not running"
+        if self.intake.commit_problem is not None:
+            return self.intake.commit_problem
         if not self.intake.has_room():
             return "the spool is at its cap; delivery has to free room first"
         return None
@@ -950,11 +675,13 @@ class Receiver:
     def handle_http_body(self, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
         data = decompress(body, encoding, self.config.max_body_bytes)
-        try:
-            request = decode_body(data, content_type)
-        except OtlpDecodeError as exc:
-            raise BodyError(400, str(exc)) from None
-        return self.intake.accept(request)
+        with self.memory.reserve(len(data)):
+            try:
+                request = decode_body(data, content_type)
+            except OtlpDecodeError as exc:
+                raise BodyError(400, str(exc)) from None
+            del data
+            return self.intake.accept(request)
 
 
 def _listen(host: str, port: int) -> socket.socket:

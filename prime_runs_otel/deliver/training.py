@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from .._json import clean_metric_values
+from .._text import shown
 from ..errors import ConfigError
 from ..read.projection import STEP_TABLE_INTERVAL, ParquetUnavailableError, require_parquet
 from ..read.projection import step_table_parquet as _step_table_parquet
@@ -191,9 +192,39 @@ class TrainingLifecycle:
     def _upload_step(self, run: RunRow, step: int, members: Sequence[EpisodeRow]) -> None:
         assert run.platform_id is not None
         offset = self._spool.step_upload_count(run.local_id, step) * SAMPLE_ID_STRIDE
-        records = [json.loads(member.record) for member in members]
-        body = _step_table_parquet(records, run.platform_id, step, sample_id_offset=offset)
-        seqs = [member.seq for member in members]
+        records = []
+        readable = []
+        for member in members:
+            try:
+                records.append(json.loads(member.record))
+            except (ValueError, RecursionError) as exc:
+                self._spool.fail_episodes(
+                    run.local_id, [member.seq], f"its stored record cannot be read: {exc}"
+                )
+                logger.error(
+                    "Run %s: the stored record of episode %s cannot be read (%s); counted "
+                    "as failed",
+                    shown(run.local_id),
+                    shown(member.episode_id),
+                    shown(exc),
+                )
+                continue
+            readable.append(member)
+        seqs = [member.seq for member in readable]
+        if not records:
+            return
+        try:
+            body = _step_table_parquet(records, run.platform_id, step, sample_id_offset=offset)
+        except Exception as exc:  # records are outside input: one table's loss, not the run's
+            reason = f"the step {step} table cannot be built from its records: {exc}"
+            self._spool.fail_episodes(run.local_id, seqs, reason)
+            logger.error(
+                "Run %s: %s; %d episode(s) counted as failed",
+                shown(run.local_id),
+                shown(reason),
+                len(seqs),
+            )
+            return
         if body is None:  # no episode with a trajectory: nothing for the viewer
             self._spool.skip_episodes(seqs)
             return

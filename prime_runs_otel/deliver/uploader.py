@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._json import loads as fast_loads
+from .._text import shown
 from ..config import Settings
 from ..read.projection import (
     MAX_SAMPLES_PAYLOAD_BYTES,
@@ -184,11 +185,24 @@ class Uploader:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self) -> None:
+        failed_passes = 0
         while not self._stopping.is_set():
             try:
                 self.deliver_once()
-            except Exception:
-                logger.exception("prime-runs-otel delivery pass failed; retrying")
+            except Exception as exc:
+                # A full disk fails every pass the same way: say so once with
+                # the traceback, then once a minute or so, not five times a second.
+                failed_passes += 1
+                if failed_passes == 1:
+                    logger.exception("prime-runs-otel delivery pass failed; retrying")
+                elif failed_passes % 300 == 0:
+                    logger.error(
+                        "prime-runs-otel delivery passes still fail (%d in a row): %s",
+                        failed_passes,
+                        shown(exc),
+                    )
+            else:
+                failed_passes = 0
             self._wake.wait(self._poll_interval)
             self._wake.clear()
 
@@ -217,6 +231,17 @@ class Uploader:
                 self._advance(run)
             except Backoff as pause:
                 self._pause(run, pause)
+            except Exception as exc:
+                # Whatever one run's data does, the runs after it are still
+                # delivered: this run waits (with backoff) and is retried.
+                logger.error(
+                    "Run %s: delivery failed (%s: %s); retrying later",
+                    shown(run.local_id),
+                    type(exc).__name__,
+                    shown(exc),
+                    exc_info=self._failures.get(run.local_id, 0) == 0,
+                )
+                self._pause(run, Backoff(PlatformError(f"{type(exc).__name__}: {exc}")))
             else:
                 self._failures.pop(run.local_id, None)
                 self._not_before.pop(run.local_id, None)
@@ -238,7 +263,7 @@ class Uploader:
             level,
             "Run %s: delivery paused for %.1fs after %d failed attempt(s): %s. "
             "Nothing is dropped; it resumes by itself.",
-            run.local_id,
+            shown(run.local_id),
             delay,
             failures,
             pause.cause,
@@ -554,9 +579,13 @@ class Uploader:
         seqs: list[int] = []
         for episode in episodes:
             time.sleep(0)  # let a waiting export() have the GIL: see Run.record_episode
-            line = traces_line(
-                fast_loads(episode.record), run.platform_id, run.kind, step=episode.step
-            )
+            try:
+                line = traces_line(
+                    fast_loads(episode.record), run.platform_id, run.kind, step=episode.step
+                )
+            except Exception as exc:  # a stored record is outside input too
+                self._refuse(run, episode, exc)
+                continue
             if len(line) - 1 > MAX_TRACES_LINE_BYTES:
                 self._spool.fail_episodes(
                     run.local_id,
@@ -642,7 +671,11 @@ class Uploader:
             if not rows:
                 empty.append(episode.seq)
                 continue
-            size = len(encode_samples_body(rows))
+            try:
+                size = len(encode_samples_body(rows))
+            except Exception as exc:
+                self._refuse(run, episode, exc)
+                continue
             if size > MAX_SAMPLES_PAYLOAD_BYTES:
                 try:
                     chunks = batch_sample_rows(rows)
@@ -664,6 +697,16 @@ class Uploader:
             self._spool.deliver_without_request(empty)
         for seqs, rows in requests:
             self._send_samples(run, seqs, rows)
+
+    def _refuse(self, run: RunRow, episode: EpisodeRow, exc: BaseException) -> None:
+        """One stored episode that cannot be sent fails alone, with its reason;
+        the rest of its run, and every run after it, go on."""
+        reason = (
+            f"episode {episode.episode_id} cannot be sent as stored ({type(exc).__name__}: "
+            f"{exc}); the spool keeps it for inspection"
+        )
+        self._spool.fail_episodes(run.local_id, [episode.seq], reason)
+        logger.error("Run %s: %s; counted as failed", shown(run.local_id), shown(reason))
 
     def _sample_rows(self, run: RunRow, episode: EpisodeRow) -> list[dict[str, Any]] | None:
         try:

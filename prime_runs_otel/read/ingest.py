@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from .. import semconv
+from .._text import shown
+from .limits import check_json_value
 from .projection import digest_episode
 from .records import (
     CorruptEpisode,
@@ -41,6 +43,10 @@ __all__ = ["Grouped", "group_by_run"]
 
 logger = logging.getLogger(__name__)
 
+#: Unreadable spans named one by one per call; the rest are counted, so a
+#: request of a million bad spans is a few log lines, not a million.
+_NAMED_PER_CALL = 5
+
 
 @dataclass
 class Grouped:
@@ -49,6 +55,8 @@ class Grouped:
     unattributed: int = 0
     #: Episode records synthesised from span trees in this call.
     synthesized: int = 0
+    #: Spans that could not be read at all (each logged with its ids).
+    unreadable: int = 0
 
 
 class _Batches:
@@ -84,25 +92,38 @@ def group_by_run(
     batches = _Batches()
     before = BufferStats(**asdict(trees.stats)) if trees is not None else None
     for view in views:
-        key = batches.key_of(view)
-        item = read_span(view)
-        if item is None:
-            if trees is not None:
-                trees.add(view)
-            continue
-        if isinstance(item, UnrecordedEpisode) and trees is not None:
-            trees.add_episode(item)
-            continue
-        if isinstance(item, EpisodeArrival) and trees is not None:
-            trees.claim_native(view)
-        if key is None:
-            if isinstance(item, (EpisodeArrival, CorruptEpisode, UnrecordedEpisode)):
-                grouped.unattributed += 1
-            continue
-        _file(batches.by_run[key], key, item)
+        # Every span is outside input: one that breaks a reader costs itself
+        # only, never the spans beside it.
+        try:
+            _group_one(view, batches, grouped, trees)
+        except Exception as exc:
+            grouped.unreadable += 1
+            if grouped.unreadable <= _NAMED_PER_CALL:
+                logger.warning(
+                    "Span %s (trace %032x, span %016x) could not be read and was let go: %s: %s",
+                    shown(view.name, 80),
+                    view.trace_id,
+                    view.span_id,
+                    type(exc).__name__,
+                    shown(exc),
+                )
+    if grouped.unreadable > _NAMED_PER_CALL:
+        logger.warning(
+            "%d more span(s) of the same request could not be read and were let go",
+            grouped.unreadable - _NAMED_PER_CALL,
+        )
     if trees is not None:
         for tree in trees.release(flush=flush):
-            _file_synthesized(batches, grouped, tree)
+            try:
+                _file_synthesized(batches, grouped, tree)
+            except Exception as exc:  # a tree is outside input too
+                grouped.unreadable += 1
+                logger.warning(
+                    "Episode %s could not be filed and was let go: %s: %s",
+                    shown(tree.root.episode_id),
+                    type(exc).__name__,
+                    shown(exc),
+                )
         _report_buffer(before, trees.stats)
     if grouped.unattributed:
         logger.error(
@@ -113,6 +134,27 @@ def group_by_run(
         )
     grouped.batches = list(batches.by_run.values())
     return grouped
+
+
+def _group_one(
+    view: SpanView, batches: _Batches, grouped: Grouped, trees: SpanTreeBuffer | None
+) -> None:
+    key = batches.key_of(view)
+    item = read_span(view)
+    if item is None:
+        if trees is not None:
+            trees.add(view)
+        return
+    if isinstance(item, UnrecordedEpisode) and trees is not None:
+        trees.add_episode(item)
+        return
+    if isinstance(item, EpisodeArrival) and trees is not None:
+        trees.claim_native(view)
+    if key is None:
+        if isinstance(item, (EpisodeArrival, CorruptEpisode, UnrecordedEpisode)):
+            grouped.unattributed += 1
+        return
+    _file(batches.by_run[key], key, item)
 
 
 def _file(
@@ -141,9 +183,9 @@ def _file(
     elif isinstance(item, CorruptEpisode):
         logger.error(
             "Run %s: episode %s arrived damaged and is counted as lost: %s",
-            key,
-            item.episode_id or "(unknown id)",
-            item.reason,
+            shown(key),
+            shown(item.episode_id or "(unknown id)"),
+            shown(item.reason),
         )
         batch.corrupt.append(item)
     elif isinstance(item, RunMetrics):
@@ -151,9 +193,9 @@ def _file(
     elif isinstance(item, CorruptMetrics):
         logger.error(
             "Run %s: the metrics of step %s arrived damaged and are counted as lost: %s",
-            key,
+            shown(key),
             item.step if item.step is not None else "(unknown)",
-            item.reason,
+            shown(item.reason),
         )
         batch.corrupt_metrics.append(item)
     elif isinstance(item, RunStart):
@@ -180,13 +222,18 @@ def _synthesized(tree: SpanTree, identity: RunIdentity) -> EpisodeArrival | Corr
     try:
         record = synthesize_record(root.view, tree.spans, identity)
         raw = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        check_json_value(record, "the synthesised record")
         digest = digest_episode(record)
+        step = record_step(record, root.view.attributes.get(semconv.RUN_STEP))
     except Exception as exc:
-        logger.exception(
-            "Run %s: synthesising episode %s failed", identity.local_id, root.episode_id
+        logger.warning(
+            "Run %s: synthesising episode %s failed: %s: %s",
+            shown(identity.local_id),
+            shown(root.episode_id),
+            type(exc).__name__,
+            shown(exc),
         )
         return CorruptEpisode(root.episode_id, f"its record could not be synthesised: {exc}")
-    step = record_step(record, root.view.attributes.get(semconv.RUN_STEP))
     return EpisodeArrival(root.episode_id, raw, digest, step)
 
 

@@ -215,7 +215,8 @@ def _token_usage(calls: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 def _is_truncated(trace: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> bool:
     """A framework limit stopped the trace, or its last successful call ran out of length."""
-    if trace.get("stop_condition") in _TRUNCATING_STOPS:
+    stop = trace.get("stop_condition")
+    if isinstance(stop, str) and stop in _TRUNCATING_STOPS:
         return True
     for call in reversed(calls):
         if call.get("error") is None:

@@ -21,6 +21,7 @@ from typing import Any
 from .. import semconv as sc
 from .._json import loads as fast_loads
 from ..errors import RecordError
+from .limits import check_json_value, whole_number
 from .projection import EpisodeDigest, digest_episode
 from .spans import SpanView
 
@@ -308,10 +309,14 @@ def _read_episode(attributes: Mapping[str, Any]) -> EpisodeArrival | CorruptEpis
         return CorruptEpisode(episode_id, str(exc))
     try:
         record = fast_loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return CorruptEpisode(episode_id, f"the episode record is not valid JSON: {exc}")
     if not isinstance(record, dict):
         return CorruptEpisode(episode_id, "the episode record is not a JSON object")
+    try:
+        check_json_value(record, "the episode record", raw)
+    except RecordError as exc:
+        return CorruptEpisode(episode_id, str(exc))
     if episode_id is None or record.get("id") != episode_id:
         return CorruptEpisode(
             episode_id,
@@ -329,8 +334,10 @@ def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
     if step is None:
         return CorruptMetrics(None, f"the metrics span has no whole-number {sc.RUN_STEP}")
     try:
-        values = json.loads(decode_blob(attributes, sc.RUN_METRICS_VALUES))
-    except (RecordError, ValueError) as exc:
+        raw = decode_blob(attributes, sc.RUN_METRICS_VALUES)
+        values = json.loads(raw)
+        check_json_value(values, "the metrics", raw)
+    except (RecordError, ValueError, RecursionError) as exc:
         return CorruptMetrics(step, f"the metrics of step {step} are damaged: {exc}")
     if not isinstance(values, dict):
         return CorruptMetrics(step, f"the metrics of step {step} are not a JSON object")
@@ -347,8 +354,10 @@ def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
 
 def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:
     try:
-        config = json.loads(decode_blob(attributes, sc.RUN_CONFIG))
-    except (RecordError, ValueError) as exc:
+        raw = decode_blob(attributes, sc.RUN_CONFIG)
+        config = json.loads(raw)
+        check_json_value(config, "the run config", raw)
+    except (RecordError, ValueError, RecursionError) as exc:
         reason = f"the run config is damaged: {exc}"
     else:
         if isinstance(config, dict):
@@ -380,13 +389,7 @@ def _joined_chunks(value: Any, key: str) -> str:
     raise RecordError(f"{key} is a {type(value).__name__}, expected an array of strings")
 
 
-def whole_number(value: Any) -> int | None:
-    """An int attribute; OTLP/JSON carries 64-bit ints as decimal strings."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+_whole_number = whole_number
 
 
 def text_or_none(value: Any) -> str | None:

@@ -37,9 +37,10 @@ from typing import Any
 from .. import semconv as sc
 from .._json import parsed_if_json as _loads
 from .._message_graph import message_node
+from .._text import shown
+from .limits import whole_number
 from .records import RunIdentity, UnrecordedEpisode, derived_episode_id
 from .records import text_or_none as _text
-from .records import whole_number as _whole
 from .spans import SpanView
 
 __all__ = [
@@ -51,6 +52,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Attribute values held for synthesis at most (about 100 bytes each once
+#: decoded): past it the oldest trace is let go, as past ``max_spans``.
+DEFAULT_MAX_HELD_VALUES = 4_000_000
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -107,8 +112,10 @@ _DEFAULT_TASK_TYPE = "Task"
 def is_model_call(view: SpanView) -> bool:
     """A span of one model call, in any of the three conventions."""
     attributes = view.attributes
+    # Attribute values from OTLP may be of any type, unhashable ones included:
+    # only text is looked up in a set.
     operation = attributes.get(sc.GEN_AI_OPERATION_NAME)
-    if operation in _GENAI_CALL_OPERATIONS:
+    if isinstance(operation, str) and operation in _GENAI_CALL_OPERATIONS:
         return True
     if attributes.get(_OPENINFERENCE_KIND) == "LLM":
         return True
@@ -744,22 +751,21 @@ class _Tree:
         self.root = root
         by_id = {view.span_id: view for view in spans if view.trace_id == root.trace_id}
         by_id.pop(root.span_id, None)
-        self.parents = {span_id: view.parent_span_id for span_id, view in by_id.items()}
-        self.members = [view for view in by_id.values() if self._under_root(view.span_id, by_id)]
+        children: dict[int, list[SpanView]] = {}
+        for view in by_id.values():
+            if view.parent_span_id is not None:
+                children.setdefault(view.parent_span_id, []).append(view)
+        # Down from the root, once: linear in the spans however deep the
+        # tree, and parent links that loop never reach the root.
+        self.members = []
+        stack = list(children.get(root.span_id, ()))
+        while stack:
+            view = stack.pop()
+            self.members.append(view)
+            stack.extend(children.get(view.span_id, ()))
         self.members.sort(key=lambda view: (view.start_ns, view.end_ns))
         self.by_id = {view.span_id: view for view in self.members}
-
-    def _under_root(self, span_id: int, by_id: Mapping[int, SpanView]) -> bool:
-        seen = 0
-        current: int | None = span_id
-        while current is not None and seen <= len(by_id):
-            parent = self.parents.get(current)
-            if parent == self.root.span_id:
-                return True
-            if parent not in by_id:
-                return False
-            current, seen = parent, seen + 1
-        return False
+        self._owners: dict[int, _Agent] = {}
 
     def ancestors(self, view: SpanView) -> Iterable[SpanView]:
         """From the parent up to (and including) the root."""
@@ -796,10 +802,21 @@ class _Tree:
         return found
 
     def _owner(self, view: SpanView, agents: Mapping[int, _Agent], episode: _Agent) -> _Agent:
+        """The innermost agent above ``view``; remembered per span on the way,
+        so a deep chain of calls is walked once, not once per call."""
+        walked: list[int] = []
+        owner = episode
         for ancestor in self.ancestors(view):
             if ancestor.span_id in agents:
-                return agents[ancestor.span_id]
-        return episode
+                owner = agents[ancestor.span_id]
+                break
+            if ancestor.span_id in self._owners:
+                owner = self._owners[ancestor.span_id]
+                break
+            walked.append(ancestor.span_id)
+        for span_id in walked:
+            self._owners[span_id] = owner
+        return owner
 
     def _innermost_calls(self) -> list[SpanView]:
         """Model-call spans, without one that wraps another (a framework span
@@ -807,12 +824,14 @@ class _Tree:
         calls = [view for view in self.members if is_model_call(view)]
         if is_model_call(self.root):
             calls.insert(0, self.root)
-        wrapping = {
-            ancestor.span_id
-            for view in calls
-            if view is not self.root
-            for ancestor in self.ancestors(view)
-        }
+        wrapping: set[int] = set()
+        for view in calls:
+            if view is self.root:
+                continue
+            for ancestor in self.ancestors(view):
+                if ancestor.span_id in wrapping:
+                    break  # and so is everything above it: each chain is walked once
+                wrapping.add(ancestor.span_id)
         return [view for view in calls if view.span_id not in wrapping]
 
 
@@ -1157,11 +1176,67 @@ class BufferStats:
 @dataclass
 class _TraceState:
     spans: dict[int, SpanView] = field(default_factory=dict)
+    #: Held span ids by parent id, kept as spans come and go, so finding an
+    #: episode's tree costs its own size, not a scan of the whole trace.
+    children: dict[int, set[int]] = field(default_factory=dict)
     roots: dict[int, tuple[UnrecordedEpisode, float]] = field(default_factory=dict)
     last_seen: float = 0.0
     #: The trace's root span arrived while spans end children first (in the
     #: producer's process): nothing more can come under it.
     closed: bool = False
+    #: Attribute values of the held spans (see :func:`_weight`).
+    values: int = 0
+
+    def hold(self, view: SpanView) -> bool:
+        """Hold ``view``; ``True`` when its id was not held before."""
+        previous = self.spans.get(view.span_id)
+        if previous is not None:
+            self._unlink(previous)
+            self.values -= _weight(previous)
+        self.spans[view.span_id] = view
+        self.values += _weight(view)
+        if view.parent_span_id is not None:
+            self.children.setdefault(view.parent_span_id, set()).add(view.span_id)
+        return previous is None
+
+    def let_go(self, span_id: int) -> bool:
+        view = self.spans.pop(span_id, None)
+        if view is None:
+            return False
+        self._unlink(view)
+        self.values -= _weight(view)
+        return True
+
+    def subtree(self, root_id: int) -> list[int]:
+        """Ids of the held spans under ``root_id`` (through held spans only);
+        parent links that loop are followed once."""
+        found: list[int] = []
+        seen = {root_id}
+        stack = list(self.children.get(root_id, ()))
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            found.append(current)
+            stack.extend(self.children.get(current, ()))
+        return found
+
+    def _unlink(self, view: SpanView) -> None:
+        if view.parent_span_id is None:
+            return
+        siblings = self.children.get(view.parent_span_id)
+        if siblings is not None:
+            siblings.discard(view.span_id)
+            if not siblings:
+                del self.children[view.parent_span_id]
+
+
+def _weight(view: SpanView) -> int:
+    """What holding ``view`` costs, in attribute values: a decoded attribute
+    takes about a hundred bytes however small it was on the wire, so the
+    count of them is what bounds the buffer's memory, more than spans are."""
+    return 1 + len(view.attributes) + sum(len(event.attributes) for event in view.events)
 
 
 #: What a released span id stands for: the episode it was synthesised into
@@ -1201,6 +1276,7 @@ class SpanTreeBuffer:
         settle_seconds: float = 0.0,
         max_wait_seconds: float = 60.0,
         max_spans: int = 100_000,
+        max_values: int = DEFAULT_MAX_HELD_VALUES,
         clock: Callable[[], float] = time.monotonic,
         root_traces_as_episodes: bool = False,
     ) -> None:
@@ -1209,6 +1285,8 @@ class SpanTreeBuffer:
         self.settle_seconds = settle_seconds
         self.max_wait_seconds = max(max_wait_seconds, settle_seconds)
         self.max_spans = max_spans
+        self.max_values = max_values
+        self._values = 0
         self.stats = BufferStats()
         self._clock = clock
         self._traces: OrderedDict[int, _TraceState] = OrderedDict()
@@ -1247,11 +1325,12 @@ class SpanTreeBuffer:
             self._add_root_trace(view)
             return
         state = self._state(view.trace_id)
-        if view.span_id not in state.spans:
+        before = state.values
+        if state.hold(view):
             self._held += 1
-        state.spans[view.span_id] = view
         if view.parent_span_id is None and self.settle_seconds == 0:
             state.closed = True
+        self._values += state.values - before
         self._shrink()
 
     def _add_root_trace(self, view: SpanView) -> None:
@@ -1274,7 +1353,7 @@ class SpanTreeBuffer:
         state = self._traces.get(view.trace_id)
         if state is None:
             return
-        members = _subtree(view.span_id, state.spans)
+        members = state.subtree(view.span_id)
         self._drop(state, members)
         self._remember(view.trace_id, members, None)
 
@@ -1287,17 +1366,35 @@ class SpanTreeBuffer:
         ready, self._forced = self._forced, []
         for trace_id in list(self._traces):
             state = self._traces[trace_id]
-            # Marked episodes first: a root trace standing in for an episode
-            # keeps only what no marked episode under it claimed.
-            held = sorted(
-                state.roots.items(), key=lambda item: (trace_id, item[0]) in self._root_traces
-            )
-            for span_id, (episode, arrived) in held:
-                if flush or now - arrived >= self.settle_seconds:
-                    ready.append(self._take(trace_id, state, span_id, episode, complete=True))
-            self._expire(trace_id, state, now, flush)
-        episodes = (self._as_episode(tree) for tree in ready)
-        return [tree for tree in episodes if tree is not None]
+            try:
+                # Marked episodes first: a root trace standing in for an episode
+                # keeps only what no marked episode under it claimed.
+                held = sorted(
+                    state.roots.items(), key=lambda item: (trace_id, item[0]) in self._root_traces
+                )
+                for span_id, (episode, arrived) in held:
+                    if flush or now - arrived >= self.settle_seconds:
+                        ready.append(self._take(trace_id, state, span_id, episode, complete=True))
+                self._expire(trace_id, state, now, flush)
+            except Exception as exc:
+                # Spans are outside input: a trace that breaks the buffer is
+                # let go whole, and every other trace goes on as before.
+                ready.extend(self._evict(trace_id, f"{type(exc).__name__}: {exc}"))
+        trees: list[SpanTree] = []
+        for tree in ready:
+            try:
+                kept = self._as_episode(tree)
+            except Exception as exc:
+                logger.warning(
+                    "Let go of the trace of span %016x: %s: %s",
+                    tree.root.view.span_id,
+                    type(exc).__name__,
+                    shown(exc),
+                )
+                continue
+            if kept is not None:
+                trees.append(kept)
+        return trees
 
     def _as_episode(self, tree: SpanTree) -> SpanTree | None:
         """A root trace is an episode only when it holds model calls; those
@@ -1325,7 +1422,7 @@ class SpanTreeBuffer:
         complete: bool,
     ) -> SpanTree:
         del state.roots[span_id]
-        members = _subtree(span_id, state.spans)
+        members = state.subtree(span_id)
         spans = tuple(state.spans[member] for member in members)
         self._drop(state, members)
         self._remember(trace_id, [span_id, *members], (trace_id, span_id))
@@ -1372,15 +1469,41 @@ class SpanTreeBuffer:
         ):
             self.stats.unclaimed_model_calls += sum(map(is_model_call, state.spans.values()))
             self._held -= len(state.spans)
+            self._values -= state.values
             del self._traces[trace_id]
 
+    def _evict(self, trace_id: int, reason: str) -> list[SpanTree]:
+        """Let a trace go whole; its waiting episodes go out without their
+        spans (counted incomplete) rather than vanish."""
+        state = self._traces.pop(trace_id, None)
+        if state is None:
+            return []
+        self.stats.evicted_spans += len(state.spans)
+        self._held -= len(state.spans)
+        self._values -= state.values
+        logger.warning(
+            "Let go of trace %032x (%d held span(s), %d episode(s) waiting) that could not be "
+            "processed: %s",
+            trace_id,
+            len(state.spans),
+            len(state.roots),
+            shown(reason),
+        )
+        trees = []
+        for span_id, (episode, _) in state.roots.items():
+            self._remember(trace_id, [span_id], (trace_id, span_id))
+            self._mark_incomplete((trace_id, span_id))
+            trees.append(SpanTree(episode, (), complete=False))
+        return trees
+
     def _shrink(self) -> None:
-        while self._held > self.max_spans and self._traces:
+        while (self._held > self.max_spans or self._values > self.max_values) and self._traces:
             trace_id, state = next(iter(self._traces.items()))
             for span_id, (episode, _) in list(state.roots.items()):
                 self._forced.append(self._take(trace_id, state, span_id, episode, complete=False))
             self.stats.evicted_spans += len(state.spans)
             self._held -= len(state.spans)
+            self._values -= state.values
             del self._traces[trace_id]
 
     # -- bookkeeping --------------------------------------------------------------------
@@ -1421,9 +1544,11 @@ class SpanTreeBuffer:
             self._released.popitem(last=False)
 
     def _drop(self, state: _TraceState, members: Iterable[int]) -> None:
+        before = state.values
         for member in members:
-            if state.spans.pop(member, None) is not None:
+            if state.let_go(member):
                 self._held -= 1
+        self._values -= before - state.values
 
 
 _MESSAGE_PREFIXES = (
@@ -1440,21 +1565,6 @@ def _carries_messages(view: SpanView) -> bool:
     return any(key.startswith(_MESSAGE_PREFIXES) for key in view.attributes)
 
 
-def _subtree(root_id: int, spans: Mapping[int, SpanView]) -> list[int]:
-    """Ids of the held spans under ``root_id`` (through held spans only)."""
-    children: dict[int, list[int]] = {}
-    for span_id, view in spans.items():
-        if view.parent_span_id is not None:
-            children.setdefault(view.parent_span_id, []).append(span_id)
-    found: list[int] = []
-    stack = list(children.get(root_id, ()))
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(children.get(current, ()))
-    return found
-
-
 # =====================================================================================
 # Small readers
 # =====================================================================================
@@ -1462,6 +1572,9 @@ def _subtree(root_id: int, spans: Mapping[int, SpanView]) -> list[int]:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else _EMPTY
+
+
+_whole = whole_number
 
 
 def _number(value: Any) -> float | None:

@@ -13,6 +13,8 @@ connection.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -23,8 +25,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..._text import shown
 from ...errors import PrimeRunsOtelError
 from . import schema
+
+logger = logging.getLogger(__name__)
 
 #: WAL pages (4 KiB; 256 MiB) after which a commit checkpoints by itself.
 #: The uploader checkpoints after every upload, so this is the fallback for a
@@ -158,6 +163,8 @@ class SpoolCore:
                 f"cannot create the spool folder {str(self.path.parent)!r}: {exc}. "
                 "Set PRIME_RUNS_OTEL_DIR to a writable folder."
             ) from exc
+        _warn_if_shared(self.path.parent)
+        _create_private(self.path)
         self._writer_db: sqlite3.Connection | None = None
         self._writer_pid = 0
         self._init_schema()
@@ -222,8 +229,13 @@ class SpoolCore:
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
-            except BaseException:
-                db.execute("ROLLBACK")
+            except BaseException as exc:
+                # SQLite rolls back by itself on some errors (a full disk):
+                # a second rollback would hide the error that explains it.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                if _is_damage(exc):
+                    raise self.damaged(str(exc)) from exc
                 raise
             else:
                 db.execute("COMMIT")
@@ -237,7 +249,21 @@ class SpoolCore:
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of one read, fetched whole so no statement stays open."""
         with _GATE:
-            return self._connection().execute(sql, params).fetchall()
+            try:
+                return self._connection().execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if _is_damage(exc):
+                    raise self.damaged(str(exc)) from exc
+                raise
+
+    def damaged(self, detail: str) -> SpoolError:
+        """The error for a spool file damaged on disk: which file, and what to do."""
+        return SpoolError(
+            f"the spool {str(self.path)!r} is damaged ({shown(detail)}). Stop every process "
+            f"using it, move it aside (mv {self.path} {self.path}.damaged) and keep it for "
+            "inspection: a new spool is created in its place. `sqlite3 <file> .recover` may "
+            "save what is still readable"
+        )
 
     def _init_schema(self) -> None:
         try:
@@ -265,6 +291,63 @@ class SpoolCore:
             if self._writer_db is not None and self._writer_pid == os.getpid():
                 self._writer_db.close()
             self._writer_db = None
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """Whether a SQLite error means the file is damaged (not busy, not full)."""
+    if type(exc) is sqlite3.DatabaseError:  # "malformed", "not a database"
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and "Could not decode" in str(exc)
+
+
+def _warn_if_shared(folder: Path) -> None:
+    """Say so when other users of this machine can read the spool's folder:
+    the records in it hold prompts and completions."""
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return
+    if mode & 0o077:
+        logger.warning(
+            "The local store %s can be read by other users of this machine (mode %s), and "
+            "the episodes in it hold prompts and completions. Make it private: chmod 700 %s",
+            folder,
+            oct(mode & 0o777),
+            folder,
+        )
+
+
+def _create_private(path: Path) -> None:
+    """Create the spool file readable by its owner only (SQLite creates it,
+    and its WAL and shared-memory files after it, with the process umask
+    otherwise, 0644 on most machines); tighten an existing one of ours."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise SpoolError(
+            f"cannot create the spool {str(path)!r}: {exc}. Check that the folder is "
+            "writable, or set PRIME_RUNS_OTEL_DIR to another one."
+        ) from exc
+    else:
+        os.close(fd)
+        return
+    try:
+        status = path.stat()
+    except OSError:
+        return
+    if status.st_size == 0:
+        logger.warning(
+            "The spool %s is empty (0 bytes); starting a new one in it. If it held runs, it "
+            "was truncated on disk and they are gone: restore it from a backup to get them "
+            "back",
+            path,
+        )
+    if status.st_mode & 0o077 and status.st_uid == os.getuid():
+        for member in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            with contextlib.suppress(OSError):
+                member.chmod(0o600)
 
 
 def _enable_wal(db: sqlite3.Connection, timeout: float = 60.0) -> None:

@@ -102,9 +102,12 @@ class SpoolRuns(SpoolCore):
 
     def _run_from_row(self, row: tuple[Any, ...]) -> RunRow:
         values = list(row)
-        values[3] = RunIdentity.from_json(values[3])
-        values[5] = json.loads(values[5]) if values[5] else None
-        values[18] = json.loads(values[18])
+        try:
+            values[3] = RunIdentity.from_json(values[3])
+            values[5] = json.loads(values[5]) if values[5] else None
+            values[18] = json.loads(values[18])
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise self.damaged(f"run {values[0]!r} cannot be read back ({exc})") from None
         return RunRow(*values)
 
     def run(self, local_id: str) -> RunRow | None:
@@ -116,10 +119,12 @@ class SpoolRuns(SpoolCore):
         exact = self.run(key)
         if exact is not None:
             return exact
+        # A prefix, literally: '%' and '_' in a key match only themselves.
+        prefix = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         rows = self._query(
             f"SELECT {self._RUN_COLUMNS} FROM runs WHERE platform_id = ? "
-            "OR local_id LIKE ? OR platform_id LIKE ?",
-            (key, f"{key}%", f"{key}%"),
+            "OR local_id LIKE ? ESCAPE '\\' OR platform_id LIKE ? ESCAPE '\\'",
+            (key, prefix, prefix),
         )
         return self._run_from_row(rows[0]) if len(rows) == 1 else None
 

@@ -1,0 +1,423 @@
+"""Export requests → spool commits: the part of ``serve`` that knows no transport.
+
+The HTTP and gRPC fronts both hand a decoded request to :class:`SpanIntake`
+and answer with the :class:`Verdict` it returns. Every span, episode and item
+is outside input, so each is handled inside a guard: one that cannot be read
+or stored is refused alone and counted (``partial_success``), never a failed
+request or a batch retried for ever; only a failure of the disk itself keeps
+a batch for the retry, and readiness reports it until a commit succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from .. import semconv
+from .._text import shown
+from ..config import Settings
+from ..deliver.spool import IngestOutcome, Spool, SpoolError
+from ..deliver.uploader import Uploader
+from ..read.ingest import group_by_run
+from ..read.otlp import span_views
+from ..read.records import RunBatch
+from ..read.spans import SpanView
+from ..read.synthesis import SpanTree, SpanTreeBuffer
+
+logger = logging.getLogger(__name__)
+
+#: Retry hint when the spool is at its cap: delivery frees room at the pace of
+#: the platform, so retrying sooner only repeats the refusal.
+FULL_RETRY_AFTER = 30
+#: Retry hint when a commit failed (a locked or briefly unavailable disk).
+COMMIT_RETRY_AFTER = 5
+#: How long an episode span without a record waits for the spans under it.
+#: A collector batches and sends a trace's spans within seconds of each other
+#: (its batch processor flushes every 200 ms by default, at most a few s).
+DEFAULT_SETTLE_SECONDS = 5.0
+#: Spans held for synthesis at most; past it the oldest trace is let go, its
+#: episodes synthesised from what arrived and counted incomplete.
+DEFAULT_MAX_HELD_SPANS = 100_000
+
+
+# -- the transport-free core ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to answer for one export request, whatever the transport.
+
+    ``accepted``: committed (``rejected`` spans, if any, are reported as
+    partial success); ``invalid``: nothing of it can ever be accepted;
+    ``full`` / ``unavailable``: nothing was committed, retry after
+    ``retry_after`` seconds.
+    """
+
+    outcome: Literal["accepted", "invalid", "full", "unavailable"]
+    message: str = ""
+    rejected: int = 0
+    retry_after: int | None = None
+
+
+class _WatchedTrees(SpanTreeBuffer):
+    """A span buffer that remembers which episodes its last release let go,
+    so a failed commit can keep exactly those: the collector's retry brings
+    the request's own spans again, but never an episode already released."""
+
+    released: frozenset[str] = frozenset()
+
+    def release(self, *, flush: bool = False) -> list[SpanTree]:
+        trees = super().release(flush=flush)
+        self.released = frozenset(tree.root.episode_id for tree in trees)
+        return trees
+
+
+class SpanIntake:
+    """Export requests → spool commits, shared by the HTTP and gRPC fronts.
+
+    Episode spans without a record wait in :attr:`trees` for the spans under
+    them, which a collector may send in later requests; :meth:`release_settled`
+    (on a timer) and :meth:`flush` (at shutdown) let them go. A run's end is
+    held back while episodes of the run are, so the run is never closed
+    before its last synthesised episode is in the spool. The buffer lives in
+    memory only: spans it holds when the process dies are lost with it, which
+    is why the wait is seconds, not minutes.
+
+    Buffer work and the commit after it run under one lock, so what the
+    buffer releases reaches the spool in order; the spool serialises commits
+    anyway, so the lock costs no parallelism beyond the record checks.
+    """
+
+    def __init__(
+        self,
+        spool: Spool,
+        settings: Settings,
+        uploader: Uploader | None,
+        *,
+        settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spool = spool
+        self.settings = settings
+        self._uploader = uploader
+        self.trees = _WatchedTrees(
+            settle_seconds=settle_seconds, max_spans=max_held_spans, clock=clock
+        )
+        self._lock = threading.Lock()
+        #: Run ends waiting for the run's held episodes, by run key.
+        self._held_ends: dict[str, RunBatch] = {}
+        #: Released episodes (and run ends) whose commit failed, retried first.
+        self._uncommitted: list[RunBatch] = []
+        self._report = _BufferReport(self.trees, clock)
+        #: Items of the last commit refused on their own (see :meth:`_commit`).
+        self._refused = 0
+        #: Why the last commit failed, until one succeeds: readiness says so.
+        self.commit_problem: str | None = None
+
+    def has_room(self) -> bool:
+        return self.spool.size_bytes() < self.spool.max_bytes
+
+    def accept(self, request: ExportTraceServiceRequest) -> Verdict:
+        views = list(span_views(request))
+        with self._lock:
+            # Checked before the buffer sees the spans, so a refused batch
+            # leaves no trace: the collector retries it, and it is not counted
+            # lost meanwhile.
+            if not self.has_room() and any(map(_is_episode_span, views)):
+                return self._full()
+            grouped = group_by_run(views, trees=self.trees)
+            self._report.update()
+            self._refused = 0
+            if grouped.unattributed and not grouped.batches and not self._uncommitted:
+                return Verdict(
+                    "invalid",
+                    f"{grouped.unattributed} episode span(s) carry no {semconv.RUN_ID} on "
+                    "their Resource, so they belong to no run; set it with run_resource(...) "
+                    f"or OTEL_RESOURCE_ATTRIBUTES={semconv.RUN_ID}=<run key>",
+                )
+            try:
+                outcome = self._commit(grouped.batches)
+            except _TRANSIENT as exc:
+                logger.error("Committing a batch to the spool %s failed: %s", self.spool.path, exc)
+                return Verdict(
+                    "unavailable",
+                    f"the batch could not be committed to the spool ({exc}); retry later",
+                    retry_after=COMMIT_RETRY_AFTER,
+                )
+        if outcome.rejected:
+            return self._full()
+        corrupt = sum(len(batch.corrupt) for batch in grouped.batches)
+        unreadable = grouped.unreadable + self._refused
+        self._refused = 0
+        return Verdict(
+            "accepted",
+            _rejection_message(grouped.unattributed, corrupt, unreadable),
+            rejected=grouped.unattributed + corrupt + unreadable,
+        )
+
+    def release_settled(self) -> None:
+        """Commit the episodes that waited long enough for their spans.
+
+        While the spool is full they wait on (the buffer's bound still
+        holds): released now, they would only be refused and counted lost.
+        """
+        with self._lock:
+            idle = not (len(self.trees) or self.trees.pending_episodes or self._uncommitted)
+            if (idle and not self._held_ends) or not self.has_room():
+                return
+            grouped = group_by_run((), trees=self.trees)
+            self._report.update()
+            try:
+                self._commit(grouped.batches)
+            except _TRANSIENT as exc:
+                logger.error(
+                    "Committing synthesised episodes to the spool %s failed (%s); retrying",
+                    self.spool.path,
+                    exc,
+                )
+
+    def flush(self) -> None:
+        """Commit every episode still held, with the spans that arrived for it
+        (the process is stopping), and report what synthesis could not keep."""
+        with self._lock:
+            grouped = group_by_run((), trees=self.trees, flush=True)
+            try:
+                self._commit(grouped.batches)
+            except _TRANSIENT as exc:
+                episodes = sum(len(batch.episodes) for batch in self._uncommitted)
+                logger.error(
+                    "Stopping: %d synthesised episode(s) could not be committed to the spool "
+                    "%s and are lost: %s",
+                    episodes,
+                    self.spool.path,
+                    exc,
+                )
+            self._report.summary()
+
+    def _commit(self, batches: list[RunBatch]) -> IngestOutcome:
+        """Commit ``batches`` after anything whose commit failed before, with
+        run ends held back until their runs' episodes are out of the buffer."""
+        ends = self._ends_ready(batches)
+        pending = [*self._uncommitted, *batches, *ends]
+        if not pending:
+            return IngestOutcome()
+        try:
+            outcome = self.spool.ingest(pending, mode=self.settings.mode, register_producer=False)
+        except _TRANSIENT as exc:
+            # The disk, not the items: keep what nothing else would bring again.
+            self._uncommitted = [*self._uncommitted, *_released_part(batches, self.trees), *ends]
+            self.commit_problem = f"commits to the spool fail: {exc}"
+            raise
+        except Exception as exc:
+            # Something in the items: commit them one by one, so the one that
+            # cannot be stored costs itself only, never the requests after it.
+            logger.warning(
+                "A batch could not be committed as a whole (%s: %s); committing its items "
+                "one by one",
+                type(exc).__name__,
+                shown(exc),
+            )
+            outcome = self._commit_each(pending)
+        self._uncommitted = []
+        self.commit_problem = None
+        if self._uploader is not None:
+            self._uploader.wake()
+        return outcome
+
+    def _commit_each(self, pending: list[RunBatch]) -> IngestOutcome:
+        """Commit every item of ``pending`` alone; refuse (count and name) the
+        ones that fail on their own. A transient failure stops it, the items
+        not yet committed kept for the retry."""
+        rejected = refused = 0
+        items = [item for batch in pending for item in _items_of(batch)]
+        for index, item in enumerate(items):
+            try:
+                outcome = self.spool.ingest(
+                    [item], mode=self.settings.mode, register_producer=False
+                )
+            except _TRANSIENT as exc:
+                self._uncommitted = items[index:]
+                self.commit_problem = f"commits to the spool fail: {exc}"
+                raise
+            except Exception as exc:
+                self._refused += 1
+                refused += 1
+                if refused <= 5:
+                    logger.warning(
+                        "Run %s: refused %s that cannot be stored: %s: %s",
+                        shown(item.identity.local_id),
+                        _describe(item),
+                        type(exc).__name__,
+                        shown(exc),
+                    )
+                continue
+            rejected += outcome.rejected
+        if refused > 5:
+            logger.warning("%d more item(s) of the batch were refused the same way", refused - 5)
+        return IngestOutcome(rejected=rejected)
+
+    def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:
+        """Hold back the ends of runs with episodes still in the buffer; return
+        the held ends whose runs have none left."""
+        waiting = {_run_key(episode.view.resource) for episode in self.trees.held_episodes()}
+        for batch in batches:
+            key = batch.identity.local_id
+            if batch.end is not None and key in waiting:
+                self._held_ends[key] = RunBatch(identity=batch.identity, end=batch.end)
+                batch.end = None
+        ready = [key for key in self._held_ends if key not in waiting]
+        return [self._held_ends.pop(key) for key in ready]
+
+    def _full(self) -> Verdict:
+        return Verdict(
+            "full",
+            f"the spool is at its cap of {self.spool.max_bytes} bytes until delivery frees "
+            f"room; retry later (or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES on the receiver)",
+            retry_after=FULL_RETRY_AFTER,
+        )
+
+
+#: Commit failures of the disk or the database, not of what was committed:
+#: the batch is kept (or the collector retries it).
+_TRANSIENT = (SpoolError, sqlite3.OperationalError, OSError, MemoryError)
+
+
+def _items_of(batch: RunBatch) -> list[RunBatch]:
+    """``batch`` as one batch per item, in the order the spool takes them."""
+    identity = batch.identity
+    items = [
+        RunBatch(
+            identity=identity,
+            start=batch.start,
+            corrupt=batch.corrupt,
+            corrupt_metrics=batch.corrupt_metrics,
+        )
+    ]
+    items += [RunBatch(identity=identity, episodes=[episode]) for episode in batch.episodes]
+    items += [RunBatch(identity=identity, metrics=[metrics]) for metrics in batch.metrics]
+    if batch.end is not None:
+        items.append(RunBatch(identity=identity, end=batch.end))
+    return items
+
+
+def _describe(item: RunBatch) -> str:
+    if item.episodes:
+        return f"episode {shown(item.episodes[0].episode_id)}"
+    if item.metrics:
+        return f"the metrics of step {item.metrics[0].step}"
+    if item.end is not None:
+        return "the run's end"
+    return "the run's start"
+
+
+def _is_episode_span(view: SpanView) -> bool:
+    attributes = view.attributes
+    return semconv.EPISODE_ID in attributes or semconv.EPISODE_EXAMPLE_ID in attributes
+
+
+def _run_key(resource: Mapping[str, Any]) -> str | None:
+    key = resource.get(semconv.RUN_ID)
+    return key if isinstance(key, str) and key else None
+
+
+def _released_part(batches: list[RunBatch], trees: _WatchedTrees) -> list[RunBatch]:
+    """The episodes of ``batches`` the buffer released (synthesised ones):
+    nothing else would bring them again after a failed commit."""
+    kept = []
+    for batch in batches:
+        episodes = [item for item in batch.episodes if item.episode_id in trees.released]
+        if episodes:
+            kept.append(RunBatch(identity=batch.identity, episodes=episodes))
+    return kept
+
+
+class _BufferReport:
+    """Logs what the span buffer let go unused. Model-call spans under no
+    episode span are reported at most once a minute: a collector that also
+    forwards an application's other GenAI traces would flood the log."""
+
+    INTERVAL = 60.0
+
+    def __init__(self, trees: SpanTreeBuffer, clock: Callable[[], float]) -> None:
+        self._trees = trees
+        self._clock = clock
+        self._reported_unclaimed = 0
+        self._quiet_until = 0.0
+
+    def update(self) -> None:
+        stats = self._trees.stats
+        unclaimed = stats.unclaimed_model_calls - self._reported_unclaimed
+        now = self._clock()
+        if unclaimed <= 0 or now < self._quiet_until:
+            return
+        self._reported_unclaimed = stats.unclaimed_model_calls
+        self._quiet_until = now + self.INTERVAL
+        logger.warning(
+            "%d model-call span(s) arrived under no episode span within %gs and were let go "
+            "(%d so far). To report them as episodes, wrap each rollout in "
+            "prime_runs_otel.instrument.episode_span(...) in the producer.",
+            unclaimed,
+            self._trees.max_wait_seconds,
+            stats.unclaimed_model_calls,
+        )
+
+    def summary(self) -> None:
+        stats = self._trees.stats
+        self._quiet_until = 0.0
+        self.update()
+        if stats.incomplete_episodes or stats.late_spans or stats.evicted_spans:
+            logger.warning(
+                "Episode synthesis: %d episode(s) went out without all of their spans; %d "
+                "span(s) arrived after their episode, %d were dropped to stay within %d held "
+                "spans",
+                stats.incomplete_episodes,
+                stats.late_spans,
+                stats.evicted_spans,
+                self._trees.max_spans,
+            )
+
+
+def _rejection_message(unattributed: int, corrupt: int, unreadable: int = 0) -> str:
+    parts = []
+    if unreadable:
+        parts.append(
+            f"{unreadable} span(s) or item(s) that could not be read or stored (the "
+            "receiver's log names each and says why)"
+        )
+    if unattributed:
+        parts.append(f"{unattributed} episode span(s) without {semconv.RUN_ID} on their Resource")
+    if corrupt:
+        parts.append(
+            f"{corrupt} episode record(s) damaged on the way (an attribute limit in an SDK or "
+            "collector?); they are counted as lost on their run"
+        )
+    return "; ".join(parts)
+
+
+def wire_text(message: str) -> str:
+    """``message`` as text protobuf can carry: a message may quote the
+    client's input, lone surrogates and all."""
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def export_response(verdict: Verdict) -> ExportTraceServiceResponse:
+    response = ExportTraceServiceResponse()
+    if verdict.rejected or verdict.message:
+        response.partial_success.CopyFrom(
+            ExportTracePartialSuccess(
+                rejected_spans=verdict.rejected, error_message=wire_text(verdict.message)
+            )
+        )
+    return response
