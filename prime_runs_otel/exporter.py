@@ -240,7 +240,7 @@ class PrimeRunsSpanExporter(SpanExporter):
             run = self.spool.run(local_id)
             if run is not None and done(run):
                 return True
-            if run is not None and run.close_state == "gave_up":
+            if run is not None and run.stopped:
                 return False
             if time.monotonic() >= deadline:
                 return False

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from .config import Settings, env_flag, resolve_settings
+from .deliver.advice import next_step
 from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
 from .produce.instrument import (
@@ -141,6 +142,18 @@ class RunResult:
     corrupt: int
     spool_path: str
     error: str | None = None
+    #: Delivery stopped on a permanent refusal: nothing more happens until the
+    #: cause is fixed and the run pushed again (``next_step`` says how).
+    stopped: bool = False
+
+    @property
+    def next_step(self) -> str | None:
+        """The command that moves the run on, when it needs one."""
+        if self.stopped:
+            return next_step(self.local_id, self.error)
+        if self.pending:
+            return f"`prime-runs-otel push {self.local_id}` (it stays in the spool meanwhile)"
+        return None
 
     def describe(self) -> str:
         where = self.url or (f"platform run {self.platform_id}" if self.platform_id else None)
@@ -156,10 +169,12 @@ class RunResult:
         )
         if where:
             text += f" — {where}"
-        if self.error:
+        if self.stopped:
+            text += f". Delivery stopped: {self.error}. Next: {self.next_step}"
+        elif self.error:
             text += f". Last error: {self.error}"
-        if self.pending:
-            text += f". Pending episodes stay in the spool: `prime-runs-otel push {self.local_id}`"
+        if not self.stopped and self.pending:
+            text += f". Pending episodes stay in the spool: {self.next_step}"
         return text
 
 
@@ -369,6 +384,7 @@ class Run:
             corrupt=run.corrupt,
             spool_path=str(spool.path),
             error=run.last_error,
+            stopped=run.stopped,
         )
 
     def __enter__(self) -> Run:

@@ -59,6 +59,13 @@ class RunRow:
         (``prime-runs-otel push`` tries again)."""
         return self.close_state in ("closed", "gave_up")
 
+    @property
+    def stopped(self) -> bool:
+        """Delivery stopped on a permanent refusal (a credential refused, an
+        environment that does not exist): retrying cannot help, so nobody
+        should wait for it; ``push`` tries again once the cause is fixed."""
+        return self.close_state == "gave_up" or self.create_state == "failed"
+
 
 def ensure_run(
     db: sqlite3.Connection, identity: RunIdentity, *, mode: str, now: float
