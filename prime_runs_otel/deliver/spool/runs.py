@@ -186,6 +186,26 @@ class SpoolRuns(SpoolCore):
                 (mode, mode, time.time(), local_id),
             )
 
+    def delete_run(self, local_id: str) -> int:
+        """Remove a run and everything stored for it (``prime-runs-otel rm``);
+        returns how many episodes went with it. The platform is not touched."""
+        with self._transaction() as db:
+            (count,) = db.execute(
+                "SELECT COUNT(*) FROM episodes WHERE run_id = ?", (local_id,)
+            ).fetchone()
+            db.execute(
+                "DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE run_id = ?)",
+                (local_id,),
+            )
+            for table in ("episodes", "rollouts", "uploads", "metrics", "producers"):
+                db.execute(f"DELETE FROM {table} WHERE run_id = ?", (local_id,))
+            db.execute("DELETE FROM runs WHERE local_id = ?", (local_id,))
+            return int(count)
+
+    def keep_records(self, local_id: str, keep: bool) -> None:
+        """Whether the run's record bodies outlive their delivery."""
+        self.update_run(local_id, keep_records=1 if keep else 0)
+
     def reopen_failed(self, local_id: str) -> int:
         """Give refused episodes and a failed create another chance (``push``)."""
         with self._transaction() as db:
