@@ -179,10 +179,38 @@ class RunResult:
 
 
 def _bsp_settings() -> dict[str, int]:
-    return {
-        argument: int(os.environ[variable]) if os.environ.get(variable) else default
-        for argument, (variable, default) in BSP_DEFAULTS.items()
-    }
+    """``OTEL_BSP_*`` as the SDK reads them: a value that is not a whole number
+    (or is negative, or a zero size) is warned about and replaced by the
+    default, never a traceback out of ``start_run``."""
+    settings = {}
+    for argument, (variable, default) in BSP_DEFAULTS.items():
+        raw = os.environ.get(variable, "").strip()
+        value = default
+        if raw:
+            try:
+                value = int(raw)
+            except ValueError:
+                value = -1
+            smallest = 0 if argument in ("schedule_delay_millis", "export_timeout_millis") else 1
+            if value < smallest:
+                logger.warning(
+                    "%s=%r is not a whole number of at least %d; using %d instead",
+                    variable,
+                    raw,
+                    smallest,
+                    default,
+                )
+                value = default
+        settings[argument] = value
+    if settings["max_export_batch_size"] > settings["max_queue_size"]:
+        logger.warning(
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) is larger than OTEL_BSP_MAX_QUEUE_SIZE (%d); "
+            "using the queue size",
+            settings["max_export_batch_size"],
+            settings["max_queue_size"],
+        )
+        settings["max_export_batch_size"] = settings["max_queue_size"]
+    return settings
 
 
 class Run:

@@ -136,3 +136,22 @@ class Progress:
         if self.total:
             return f"{self.label}: {self.done}/{self.total} ({100 * self.done // self.total}%)"
         return f"{self.label}: {self.done}"
+
+
+def command_name() -> str:
+    """How the user can run this command again from where they are: the bare
+    name when it is on PATH, else the script beside this interpreter (from a
+    clone after ``make demo``: ``.venv/bin/prime-runs-otel``)."""
+    import shutil
+    from pathlib import Path
+
+    here = Path(sys.executable).parent / "prime-runs-otel"
+    found = shutil.which("prime-runs-otel")
+    if found and Path(found).resolve() == here.resolve():
+        return "prime-runs-otel"
+    if here.exists():
+        try:
+            return str(here.relative_to(Path.cwd()))
+        except ValueError:
+            return str(here)
+    return f"{Path(sys.executable).name} -m prime_runs_otel.cli"

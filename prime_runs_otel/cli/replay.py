@@ -23,7 +23,7 @@ from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
 from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
 from ..run import Run, RunResult, start_run
-from .output import Progress, color, error, print_json
+from .output import Progress, color, command_name, error, print_json
 from .store import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -231,14 +231,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if fake is not None:
             _print_fake_platform(fake, result.platform_id)
         short = result.local_id[:12]
+        cli = command_name()
         print()
-        print("where to look (from a clone, prefix with .venv/bin/ or `. .venv/bin/activate`):")
-        print("  prime-runs-otel runs                     # every run in the spool")
-        print(f"  prime-runs-otel show {short}        # this run")
-        print(f"  prime-runs-otel export {short} --what samples | head -c 600")
+        print("where to look:")
+        print(f"  {cli} runs                 # every run in the spool")
+        print(f"  {cli} show {short}    # this run")
+        print(f"  {cli} export {short} --what samples | head -c 600")
         if settings.mode == "local":
-            print(f"  prime-runs-otel push {short}        # send it once you have a key")
-            print(f"  prime-runs-otel rm {short}          # or drop it from the local store")
+            print(f"  {cli} push {short}    # send it once you have a key")
+            print(f"  {cli} rm {short}      # or drop it from the local store")
         ok = result.closed and not (result.pending or result.failed)
         return EXIT_OK if ok else EXIT_INCOMPLETE
     finally:
