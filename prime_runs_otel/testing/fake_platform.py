@@ -261,6 +261,8 @@ def _new_id(prefix: str) -> str:
 
 
 _RouteHandler = Callable[[Request, "re.Match[str]"], Response]
+#: Which part of the platform a route belongs to (and how it authenticates).
+_Service = Literal["api", "traces", "storage", "dashboard"]
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,7 @@ class _Route:
     handle: _RouteHandler
     #: ``api`` answers auth failures in the platform API's shape, ``traces`` in
     #: the service envelope; ``storage`` is the presigned-URL bucket (no token).
-    service: Literal["api", "traces", "storage", "dashboard"] = "api"
+    service: _Service = "api"
 
 
 # -- the platform ------------------------------------------------------------------------
