@@ -11,6 +11,7 @@ SDK then drops the batch, and the loss is logged).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -146,9 +147,10 @@ class PrimeRunsSpanExporter(SpanExporter):
             )
         service_name = resource.get("service.name")
         name = str(service_name) if service_name else None
-        return run_identity({**dict(resource), semconv.RUN_ID: self.fallback_run}) or (
-            RunIdentity(local_id=self.fallback_run, name=name)
-        )
+        identity = run_identity({**dict(resource), semconv.RUN_ID: self.fallback_run})
+        if identity is None:
+            return RunIdentity(local_id=self.fallback_run, name=name)
+        return identity if identity.name else dataclasses.replace(identity, name=name)
 
     #: Unclaimed model calls are reported at most this often (seconds): an
     #: application whose other traces share the provider would flood the log.
@@ -247,17 +249,17 @@ class PrimeRunsSpanExporter(SpanExporter):
         run = self._spool.run(self.fallback_run)
         if run is None:
             return
-        where = run.url or (
-            f"the local store ({self._spool.path})" if run.mode == "local" else "the platform"
-        )
+        if run.mode == "local":
+            where = f"kept in the local store ({self._spool.path})"
+        else:
+            pending = self._spool.pending_count(run.local_id)
+            where = f"{pending} pending, {run.url or 'on the platform'}"
         logger.warning(
-            "prime-runs-otel: run %s (%s) %s: %d episode(s), %d pending — %s; see "
-            "`prime-runs-otel show %s`",
+            "prime-runs-otel: run %s (%s) %s: %d episode(s), %s; see `prime-runs-otel show %s`",
             run.local_id,
             run.name or "unnamed",
             run.end_status or "running",
             run.episodes,
-            self._spool.pending_count(run.local_id),
             where,
             run.local_id[:12],
         )
