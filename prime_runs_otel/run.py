@@ -152,7 +152,7 @@ class RunResult:
         if self.stopped:
             return next_step(self.local_id, self.error)
         if self.pending:
-            return f"`prime-runs-otel push {self.local_id}` (it stays in the spool meanwhile)"
+            return f"`prime-runs-otel push {self.local_id}`"
         return None
 
     def describe(self) -> str:

@@ -217,7 +217,7 @@ def test_a_trainer_that_dies_leaves_the_run_crashed(rl: FakePlatform) -> None:
     assert trainer.returncode == 9
 
     pushed = subprocess.run(
-        [sys.executable, "-m", "prime_runs_otel.cli", "push"],
+        [sys.executable, "-m", "prime_runs_otel.cli", "push", "--all"],
         env=_env(),
         capture_output=True,
         text=True,

@@ -101,7 +101,8 @@ def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
         # Local runs wait for nobody: their episodes are stored, to be pushed.
         "pending": 0 if local else waiting,
         "not_pushed": waiting if local else 0,
-        "failed": run.failed + run.rejected,
+        "failed": run.failed,
+        "rejected": run.rejected,
         "uncertain": run.uncertain,
         "corrupt": run.corrupt,
         "duplicates": run.duplicates,
