@@ -577,5 +577,5 @@ def _check_training_run(
     if settings.traces_opt_out and not parquet_available():
         raise ConfigError(
             "opting out of Prime Traces sends a training run's samples to the legacy step "
-            "table, which is Parquet and needs pyarrow: pip install 'prime-runs-otel[train]'"
+            "table, which is Parquet and needs pyarrow: pip install -e '.[train]' from the clone"
         )
