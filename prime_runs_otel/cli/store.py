@@ -431,12 +431,12 @@ def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
             for row in episode_sample_rows(record, episode.rollout_number or 1):
                 out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
         if stdout_gone():
-            return EXIT_OK
+            break
         progress.advance()
     if sys.stderr.isatty():
         progress.close()
     missing = run.episodes - progress.done
-    if missing > 0:
+    if missing > 0 and not stdout_gone():
         print(
             f"note: {missing} episode(s) were delivered already and their bodies are no longer "
             "kept in the spool (a run pushed with --drop-local, or delivered online)",
