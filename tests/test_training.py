@@ -244,7 +244,7 @@ def test_opting_out_without_pyarrow_is_refused_at_start(
 ) -> None:
     monkeypatch.setenv("PRIME_TRACES_OPT_OUT", "true")
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(pro.ConfigError, match=r"prime-runs-otel\[train\]"):
+    with pytest.raises(pro.ConfigError, match=r"pip install -e '\.\[train\]'"):
         pro.start_run(kind="train", model="base/policy")
 
 
