@@ -9,10 +9,13 @@ credential or a URL.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from prime_traces.core import Config as _PrimeConfig
 
@@ -97,9 +100,9 @@ def resolve_settings(
     finish_timeout: float | None = None,
 ) -> Settings:
     """Resolve settings; a malformed value raises :class:`ConfigError` naming it."""
-    prime = _PrimeConfig()
+    prime = _prime_config()
     key = api_key if api_key is not None else prime.api_key
-    return Settings(
+    settings = Settings(
         mode=_resolve_mode(mode, has_key=bool(key)),
         api_key=key or "",
         base_url=_origin(base_url) if base_url else prime.base_url,
@@ -120,6 +123,57 @@ def resolve_settings(
         ),
         retry_max_delay=_env_float(RETRY_MAX_DELAY_ENV, DEFAULT_RETRY_MAX_DELAY),
     )
+    _validate(settings)
+    return settings
+
+
+def _prime_config() -> _PrimeConfig:
+    """The prime CLI's config, or a clear error naming a file that cannot be read
+    (the SDK would otherwise fail later, or quietly use nothing)."""
+    path = Path.home() / ".prime" / "config.json"
+    if path.exists():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"{path} cannot be read ({exc.strerror}); fix its permissions, or move it "
+                "away and set PRIME_API_KEY instead"
+            ) from None
+        try:
+            parsed = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            raise ConfigError(
+                f"{path} is not valid JSON ({exc}); fix it with `prime login`, or move it away"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ConfigError(f"{path} must hold a JSON object; fix it with `prime login`")
+    return _PrimeConfig()
+
+
+def _validate(settings: Settings) -> None:
+    """Values that would misbehave far from where they were set are refused here."""
+    for name, url in (
+        ("PRIME_API_BASE_URL", settings.base_url),
+        ("PRIME_TRACES_URL", settings.traces_url),
+        (FRONTEND_URL_ENV, settings.frontend_url),
+    ):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(
+                f"{name}={url!r} is not an http(s) URL: write it with its scheme, "
+                "e.g. https://api.primeintellect.ai"
+            )
+    if settings.spool_max_bytes <= 0:
+        raise ConfigError(
+            f"{SPOOL_MAX_BYTES_ENV}={settings.spool_max_bytes} must be more than 0 bytes "
+            f"(default {DEFAULT_SPOOL_MAX_BYTES}, 10 GiB)"
+        )
+    for name, seconds in (
+        (FINISH_TIMEOUT_ENV, settings.finish_timeout),
+        (RETRY_MAX_DELAY_ENV, settings.retry_max_delay),
+    ):
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ConfigError(f"{name}={seconds!r} must be a number of seconds, 0 or more")
 
 
 def _resolve_mode(mode: str | None, *, has_key: bool) -> Mode:
@@ -194,3 +248,34 @@ def _env_float(name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
+
+
+RESOURCE_ATTRIBUTES_ENV = "OTEL_RESOURCE_ATTRIBUTES"
+
+
+def cut_resource_attributes(raw: str | None = None) -> list[str]:
+    """Pieces of ``OTEL_RESOURCE_ATTRIBUTES`` that OpenTelemetry drops.
+
+    The variable separates attributes with commas, so the second value of
+    ``prime.run.environments=gsm8k,math`` reads as an attribute without ``=``
+    and is dropped (the run keeps only ``gsm8k``). List values are written
+    with ``%2C`` (URL-encoded, which the SDK decodes). Returns one message per
+    dropped piece, saying how to write it.
+    """
+    text = os.environ.get(RESOURCE_ATTRIBUTES_ENV, "") if raw is None else raw
+    messages = []
+    previous: str | None = None
+    for piece in text.split(","):
+        if "=" in piece:
+            previous = piece.split("=", 1)[0].strip()
+            continue
+        if not piece.strip():
+            continue
+        fix = (
+            f"; write {previous}=...%2C{piece.strip()} to keep it in {previous}" if previous else ""
+        )
+        messages.append(
+            f"{RESOURCE_ATTRIBUTES_ENV}: {piece.strip()!r} has no '=' and is dropped: commas "
+            f"separate attributes{fix}"
+        )
+    return messages

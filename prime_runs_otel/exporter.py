@@ -11,6 +11,8 @@ SDK then drops the batch, and the loss is logged).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import os
 import sys
@@ -23,10 +25,12 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .config import Settings, env_flag, resolve_settings
-from .deliver.spool import RunRow, Spool, process_alive
+from . import semconv
+from .config import Settings, cut_resource_attributes, env_flag, resolve_settings
+from .deliver.spool import RunRow, Spool, process_alive, this_producer
 from .deliver.uploader import Uploader
 from .read.ingest import Grouped, group_by_run
+from .read.records import RunIdentity, run_identity
 from .read.spans import from_readable_span
 from .read.synthesis import SpanTreeBuffer
 
@@ -70,6 +74,8 @@ class PrimeRunsSpanExporter(SpanExporter):
         **overrides: Any,
     ) -> None:
         self.settings = settings or resolve_settings(**overrides)
+        for message in cut_resource_attributes():
+            logger.warning(message)
         self._shutdown_timeout = shutdown_timeout
         self._ends_runs = ends_runs
         if root_traces_as_episodes is None:
@@ -87,6 +93,9 @@ class PrimeRunsSpanExporter(SpanExporter):
         self._is_shutdown = False
         self._owner_pid = os.getpid()
         self.unattributed = 0
+        #: The run key of episodes whose Resource names no run (zero-code
+        #: without prime.run.id), once one has arrived.
+        self.fallback_run: str | None = None
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _renew_locks(reference))
         if self._disabled:
@@ -111,9 +120,37 @@ class PrimeRunsSpanExporter(SpanExporter):
         if self._disabled or self._spool is None:
             return SpanExportResult.SUCCESS
         with self._trees_lock:
-            grouped = group_by_run((from_readable_span(span) for span in spans), trees=self._trees)
+            grouped = group_by_run(
+                (from_readable_span(span) for span in spans),
+                trees=self._trees,
+                fallback=self._fallback_identity,
+            )
             self._report_unclaimed()
         return self._commit(grouped, len(spans))
+
+    def _fallback_identity(self, resource: Any) -> RunIdentity | None:
+        """The run of episodes whose Resource names none: one per service and
+        process, so a zero-code eval that forgot ``prime.run.id`` loses
+        nothing (its next process is a new run, never a mix of two)."""
+        if self.fallback_run is None:
+            service = str(resource.get("service.name") or "unknown_service")
+            host, pid, start = this_producer()
+            digest = hashlib.sha256(f"{service}\0{host}\0{pid}\0{start}".encode())
+            self.fallback_run = digest.hexdigest()[:32]
+            logger.warning(
+                "Spans carry no %s on their Resource: recording them as run %s, named after "
+                "service.name %r. Set OTEL_RESOURCE_ATTRIBUTES=%s=... to choose the run.",
+                semconv.RUN_ID,
+                self.fallback_run,
+                service,
+                semconv.RUN_ID,
+            )
+        service_name = resource.get("service.name")
+        name = str(service_name) if service_name else None
+        identity = run_identity({**dict(resource), semconv.RUN_ID: self.fallback_run})
+        if identity is None:
+            return RunIdentity(local_id=self.fallback_run, name=name)
+        return identity if identity.name else dataclasses.replace(identity, name=name)
 
     #: Unclaimed model calls are reported at most this often (seconds): an
     #: application whose other traces share the provider would flood the log.
@@ -189,7 +226,10 @@ class PrimeRunsSpanExporter(SpanExporter):
             return
         with self._trees_lock:
             # Episodes still waiting for spans go out with what arrived.
-            self._commit(group_by_run((), trees=self._trees, flush=True), 0)
+            self._commit(
+                group_by_run((), trees=self._trees, flush=True, fallback=self._fallback_identity),
+                0,
+            )
             self._report_unclaimed(final=True)
         self._end_abandoned_runs()
         deadline = time.monotonic() + self._shutdown_timeout
@@ -200,6 +240,29 @@ class PrimeRunsSpanExporter(SpanExporter):
                 self._wait_for_run(local_id, deadline - time.monotonic())
             self._uploader.stop(timeout=max(0.0, deadline - time.monotonic()) + 5.0)
         self._report_leftovers(seen)
+        self._summarise_fallback_run()
+
+    def _summarise_fallback_run(self) -> None:
+        """One line at exit for a run nobody named, as ``start_run`` prints."""
+        if self.fallback_run is None or self._spool is None:
+            return
+        run = self._spool.run(self.fallback_run)
+        if run is None:
+            return
+        if run.mode == "local":
+            where = f"kept in the local store ({self._spool.path})"
+        else:
+            pending = self._spool.pending_count(run.local_id)
+            where = f"{pending} pending, {run.url or 'on the platform'}"
+        logger.warning(
+            "prime-runs-otel: run %s (%s) %s: %d episode(s), %s; see `prime-runs-otel show %s`",
+            run.local_id,
+            run.name or "unnamed",
+            run.end_status or "running",
+            run.episodes,
+            where,
+            run.local_id[:12],
+        )
 
     # -- waiting on delivery ------------------------------------------------
 
@@ -240,7 +303,7 @@ class PrimeRunsSpanExporter(SpanExporter):
             run = self.spool.run(local_id)
             if run is not None and done(run):
                 return True
-            if run is not None and run.close_state == "gave_up":
+            if run is not None and run.stopped:
                 return False
             if time.monotonic() >= deadline:
                 return False

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from .config import Settings, env_flag, resolve_settings
+from .deliver.advice import next_step
 from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
 from .produce.instrument import (
@@ -141,6 +142,18 @@ class RunResult:
     corrupt: int
     spool_path: str
     error: str | None = None
+    #: Delivery stopped on a permanent refusal: nothing more happens until the
+    #: cause is fixed and the run pushed again (``next_step`` says how).
+    stopped: bool = False
+
+    @property
+    def next_step(self) -> str | None:
+        """The command that moves the run on, when it needs one."""
+        if self.stopped:
+            return next_step(self.local_id, self.error)
+        if self.pending:
+            return f"`prime-runs-otel push {self.local_id}`"
+        return None
 
     def describe(self) -> str:
         where = self.url or (f"platform run {self.platform_id}" if self.platform_id else None)
@@ -156,18 +169,48 @@ class RunResult:
         )
         if where:
             text += f" — {where}"
-        if self.error:
+        if self.stopped:
+            text += f". Delivery stopped: {self.error}. Next: {self.next_step}"
+        elif self.error:
             text += f". Last error: {self.error}"
-        if self.pending:
-            text += f". Pending episodes stay in the spool: `prime-runs-otel push {self.local_id}`"
+        if not self.stopped and self.pending:
+            text += f". Pending episodes stay in the spool: {self.next_step}"
         return text
 
 
 def _bsp_settings() -> dict[str, int]:
-    return {
-        argument: int(os.environ[variable]) if os.environ.get(variable) else default
-        for argument, (variable, default) in BSP_DEFAULTS.items()
-    }
+    """``OTEL_BSP_*`` as the SDK reads them: a value that is not a whole number
+    (or is negative, or a zero size) is warned about and replaced by the
+    default, never a traceback out of ``start_run``."""
+    settings = {}
+    for argument, (variable, default) in BSP_DEFAULTS.items():
+        raw = os.environ.get(variable, "").strip()
+        value = default
+        if raw:
+            try:
+                value = int(raw)
+            except ValueError:
+                value = -1
+            smallest = 0 if argument in ("schedule_delay_millis", "export_timeout_millis") else 1
+            if value < smallest:
+                logger.warning(
+                    "%s=%r is not a whole number of at least %d; using %d instead",
+                    variable,
+                    raw,
+                    smallest,
+                    default,
+                )
+                value = default
+        settings[argument] = value
+    if settings["max_export_batch_size"] > settings["max_queue_size"]:
+        logger.warning(
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) is larger than OTEL_BSP_MAX_QUEUE_SIZE (%d); "
+            "using the queue size",
+            settings["max_export_batch_size"],
+            settings["max_queue_size"],
+        )
+        settings["max_export_batch_size"] = settings["max_queue_size"]
+    return settings
 
 
 class Run:
@@ -369,6 +412,7 @@ class Run:
             corrupt=run.corrupt,
             spool_path=str(spool.path),
             error=run.last_error,
+            stopped=run.stopped,
         )
 
     def __enter__(self) -> Run:
@@ -533,5 +577,5 @@ def _check_training_run(
     if settings.traces_opt_out and not parquet_available():
         raise ConfigError(
             "opting out of Prime Traces sends a training run's samples to the legacy step "
-            "table, which is Parquet and needs pyarrow: pip install 'prime-runs-otel[train]'"
+            "table, which is Parquet and needs pyarrow: pip install -e '.[train]' from the clone"
         )

@@ -70,7 +70,7 @@ def test_local_run_lists_shows_exports_then_pushes(
     assert result.mode == "local" and result.closed
 
     listing = _ok("runs")
-    assert result.local_id in listing and "kept-here" in listing
+    assert result.local_id[:12] in listing and "kept-here" in listing
     shown = json.loads(_ok("show", result.local_id[:10], "--json"))
     assert (shown["id"], shown["mode"], shown["episodes"]) == (result.local_id, "local", 40)
     assert "kept-here" in _ok("show", result.local_id)
@@ -101,7 +101,7 @@ def test_pushed_local_run_lands_in_prime_traces(platform: FakePlatform) -> None:
         run.record_episode(record)
     local = run.finish(timeout=30)
 
-    _ok("push", **platform.client_env())
+    _ok("push", "--all", **platform.client_env())
 
     [platform_run] = platform.runs()
     assert platform_run.status == "COMPLETED"
@@ -109,7 +109,7 @@ def test_pushed_local_run_lands_in_prime_traces(platform: FakePlatform) -> None:
     assert [episode["id"] for episode in stored] == [record["id"] for record in records]
     assert set(platform.episode_deliveries(platform_run.id).values()) == {1}
     assert platform_run.metrics["prime_runs"] == {"traces_episodes_written": 15}
-    assert "nothing to push" in _ok("push", **platform.client_env())
+    assert "nothing to push" in _ok("push", "--all", **platform.client_env())
     assert json.loads(_ok("show", local.local_id, "--json"))["closed"] is True
 
 

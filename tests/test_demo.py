@@ -26,7 +26,7 @@ def test_demo_into_the_local_store() -> None:
     assert "40 stored, 0 pending, 0 failed" in done.stdout
     assert "where to look:" in done.stdout and "prime-runs-otel show" in done.stdout
     [run] = json.loads(_cli("runs", "--json").stdout)
-    assert (run["mode"], run["end_status"], run["episodes"]) == ("local", "completed", 40)
+    assert (run["mode"], run["status"], run["episodes"]) == ("local", "completed", 40)
     # Dated from now, so a tracing backend's "recent traces" view shows the demo.
     samples = _cli("export", run["id"], "--what", "samples").stdout.splitlines()
     starts = [json.loads(line)["timing"]["start"] for line in samples]

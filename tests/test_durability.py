@@ -262,7 +262,7 @@ def test_kill_9_mid_run_then_push_delivers_every_committed_episode_once(
     committed = _spooled_episode_ids()[run_key]
     assert len(committed) < 400, "the producer must die mid-run"
 
-    pushed = _cli("push")
+    pushed = _cli("push", "--all")
 
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     [platform_run] = online.runs()
@@ -270,7 +270,7 @@ def test_kill_9_mid_run_then_push_delivers_every_committed_episode_once(
     assert (platform_run.error_message or "").startswith("crashed")
     _assert_stored_once(online, platform_run.id, committed)
     shown = _show(run_key)
-    assert (shown["closed"], shown["pending"], shown["end_status"]) == (True, 0, "crashed")
+    assert (shown["closed"], shown["pending"], shown["status"]) == (True, 0, "crashed")
 
 
 def test_restart_between_traces_upload_and_receipt_replays_same_bytes(
@@ -283,7 +283,7 @@ def test_restart_between_traces_upload_and_receipt_replays_same_bytes(
     [first_upload] = online.uploads
     assert first_upload.replays == 0
 
-    pushed = _cli("push")
+    pushed = _cli("push", "--all")
 
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     uploads = {upload.id: upload for upload in online.uploads}
@@ -317,7 +317,7 @@ def test_an_upload_stored_plain_by_an_earlier_release_is_replayed_with_its_key(
         )
     db.close()
 
-    pushed = _cli("push")
+    pushed = _cli("push", "--all")
 
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     assert {upload.id: upload for upload in online.uploads}[first_upload.id].replays == 1
@@ -338,7 +338,7 @@ def test_restart_during_sample_request_counts_it_uncertain_and_never_resends(
     in_flight = [row["sample_id"] for row in online.samples(platform_run.id)]
     assert in_flight
 
-    pushed = _cli("push", env=env)
+    pushed = _cli("push", "--all", env=env)
 
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     [(run_key, committed)] = _spooled_episode_ids().items()
@@ -623,7 +623,7 @@ def test_finish_with_short_timeout_during_outage_then_push(online: FakePlatform)
         assert f"prime-runs-otel push {result.local_id}" in result.describe()
     assert online.runs() == []
 
-    pushed = _cli("push")
+    pushed = _cli("push", "--all")
 
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     [platform_run] = online.runs()

@@ -29,7 +29,7 @@ def test_example_runs_into_the_local_store(script: str) -> None:
     )
     [run] = json.loads(listing.stdout)
     assert run["mode"] == "local"
-    assert run["end_status"] == "completed" and run["closed"]
+    assert run["status"] == "completed" and run["closed"]
     assert run["episodes"] in (20, 40)
 
 

@@ -75,7 +75,7 @@ def test_rows_carry_the_step_and_the_time_given() -> None:
 def test_without_pyarrow_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     assert not parquet_available()
-    with pytest.raises(ParquetUnavailableError, match=r"prime-runs-otel\[train\]"):
+    with pytest.raises(ParquetUnavailableError, match=r"pip install -e '\.\[train\]'"):
         step_table_parquet([synthetic_episode(0)], "run", 10)
 
 

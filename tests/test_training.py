@@ -217,7 +217,7 @@ def test_a_trainer_that_dies_leaves_the_run_crashed(rl: FakePlatform) -> None:
     assert trainer.returncode == 9
 
     pushed = subprocess.run(
-        [sys.executable, "-m", "prime_runs_otel.cli", "push"],
+        [sys.executable, "-m", "prime_runs_otel.cli", "push", "--all"],
         env=_env(),
         capture_output=True,
         text=True,
@@ -244,7 +244,7 @@ def test_opting_out_without_pyarrow_is_refused_at_start(
 ) -> None:
     monkeypatch.setenv("PRIME_TRACES_OPT_OUT", "true")
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(pro.ConfigError, match=r"prime-runs-otel\[train\]"):
+    with pytest.raises(pro.ConfigError, match=r"pip install -e '\.\[train\]'"):
         pro.start_run(kind="train", model="base/policy")
 
 

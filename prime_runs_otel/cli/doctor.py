@@ -21,6 +21,7 @@ from .._text import one_line
 from ..config import Settings, resolve_settings
 from ..deliver.spool import Spool, SpoolError
 from ..errors import ConfigError
+from .output import human_bytes
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -85,7 +86,7 @@ def _spool(settings: Settings) -> Check:
     stuck = [run for run in runs if run.close_state == "gave_up" or run.create_state == "failed"]
     pending = sum(spool.pending_count(run.local_id) for run in runs if run.mode == "online")
     detail = (
-        f"{path}: {size / 1e6:.1f} MB of {settings.spool_max_bytes / 1e9:.1f} GB cap, "
+        f"{path}: {human_bytes(size)} of a {human_bytes(settings.spool_max_bytes)} cap, "
         f"{len(runs)} run(s), {len(open_runs)} open, {pending} episode(s) pending delivery, "
         f"integrity {integrity}"
     )

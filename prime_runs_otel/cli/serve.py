@@ -11,6 +11,7 @@ with real data before pointing an eval at it.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -53,6 +54,8 @@ from ..produce.instrument import (
 )
 from ..produce.traces_jsonl import environments_of, read_records, traces_file
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "add_otlp_replay_option",
     "add_serve_command",
@@ -74,10 +77,11 @@ REPLAY_BATCH_BYTES = 16 * MiB
 # -- serve -------------------------------------------------------------------------
 
 
-def add_serve_command(subparsers: Any) -> None:
+def add_serve_command(subparsers: Any, common: argparse.ArgumentParser | None = None) -> None:
     """Add ``serve`` to the ``prime-runs-otel`` command parser."""
     serve = subparsers.add_parser(
         "serve",
+        parents=[common] if common is not None else [],
         help="receive OTLP (from a collector) and report the runs in it",
         description="Receive OTLP/HTTP and OTLP/gRPC spans, typically from an OpenTelemetry "
         "Collector, and deliver the runs in them like the in-process exporter does.",
@@ -88,8 +92,12 @@ def add_serve_command(subparsers: Any) -> None:
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--http-port", type=int, default=4318, help="OTLP/HTTP port (0: any)")
-    parser.add_argument("--grpc-port", type=int, default=4317, help="OTLP/gRPC port (0: any)")
+    parser.add_argument(
+        "--http-port", type=port_number, default=4318, help="OTLP/HTTP port (0: any free one)"
+    )
+    parser.add_argument(
+        "--grpc-port", type=port_number, default=4317, help="OTLP/gRPC port (0: any free one)"
+    )
     parser.add_argument("--no-grpc", action="store_true", help="serve OTLP/HTTP only")
     parser.add_argument(
         "--token",
@@ -99,20 +107,20 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-body-mib",
-        type=float,
+        type=_positive_float,
         default=DEFAULT_MAX_BODY_BYTES / MiB,
         help="largest request accepted, after decompression (default: %(default)g)",
     )
     parser.add_argument(
         "--idle-timeout",
-        type=float,
+        type=_non_negative_float,
         default=DEFAULT_IDLE_TIMEOUT,
         help="seconds without spans after which a run with no end span is closed as "
         "crashed (default: %(default)g)",
     )
     parser.add_argument(
         "--shutdown-grace",
-        type=float,
+        type=_non_negative_float,
         default=DEFAULT_SHUTDOWN_GRACE,
         help="seconds in-flight requests get to finish on SIGTERM (default: %(default)g)",
     )
@@ -131,26 +139,71 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--settle-seconds",
-        type=float,
+        type=_non_negative_float,
         default=DEFAULT_SETTLE_SECONDS,
         help="how long an episode span without a record waits for the rest of its span "
         "tree before its record is synthesised (default: %(default)g)",
     )
     parser.add_argument(
         "--max-held-spans",
-        type=int,
+        type=_positive_int,
         default=DEFAULT_MAX_HELD_SPANS,
         help="spans held in memory while span trees complete (default: %(default)d)",
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=_positive_int,
         default=DEFAULT_WORKERS,
         help="requests decoded and committed at once (default: %(default)d)",
     )
     parser.add_argument(
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
     )
+
+
+def port_number(text: str) -> int:
+    """A TCP port: 1-65535, or 0 for any free one (never silently something else)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: use 1-65535 (0: any free one)")
+    return port
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -169,8 +222,79 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_held_spans=args.max_held_spans,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
-    run_receiver(config, settings)
+    watcher = RunWatcher(settings)
+    watcher.start()
+    try:
+        run_receiver(config, settings)
+    finally:
+        watcher.stop()
+        logger.info("serve stopped; what it accepted is in %s", settings.spool_path)
     return EXIT_OK
+
+
+class RunWatcher:
+    """Logs each run ``serve`` opens and closes, read from the spool: the
+    operator of a collector deployment sees runs come and go without
+    querying anything."""
+
+    def __init__(self, settings: Any, interval: float = 1.0) -> None:
+        self._settings = settings
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._known: dict[str, str] = {}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="serve-run-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self.poll()
+
+    def _loop(self) -> None:
+        first = True
+        while not self._stop.is_set():
+            self.poll(quiet=first)
+            first = False
+            self._stop.wait(self._interval)
+
+    def poll(self, *, quiet: bool = False) -> None:
+        """One look at the spool; ``quiet`` records what exists without logging it."""
+        from ..deliver.spool import Spool
+
+        path = self._settings.spool_path
+        if not path.exists():
+            return
+        try:
+            rows = Spool(path, max_bytes=self._settings.spool_max_bytes).runs()
+        except Exception as exc:  # watching must never take serve down
+            logger.debug("reading the spool for the run log failed: %s", exc)
+            return
+        for row in rows:
+            state = "closed" if row.settled or row.stopped else "open"
+            before = self._known.get(row.local_id)
+            self._known[row.local_id] = state
+            if quiet or before == state:
+                continue
+            if before is None:
+                logger.info(
+                    "run %s opened: %s (%s, %s)",
+                    row.local_id,
+                    row.name or "unnamed",
+                    row.kind,
+                    ", ".join(row.identity.environments) or "no environment",
+                )
+            if state == "closed":
+                logger.info(
+                    "run %s closed: %s, %d episode(s)%s",
+                    row.local_id,
+                    row.end_status or "stopped",
+                    row.episodes,
+                    f" — {row.last_error}" if row.stopped and row.last_error else "",
+                )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -197,13 +321,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- replay over OTLP --------------------------------------------------------------------
 
 
+#: How long one OTLP request may take, retries included, unless --timeout
+#: says otherwise: an endpoint that refuses or is away is reported, not waited
+#: on for minutes.
+DEFAULT_OTLP_TIMEOUT = 30.0
+
+
 def add_otlp_replay_option(replay_parser: argparse.ArgumentParser) -> None:
-    """Add ``--otlp-endpoint`` (and its token) to ``prime-runs-otel replay``."""
+    """Add ``--otlp-endpoint``/``--otlp`` (and the token) to ``prime-runs-otel replay``."""
     replay_parser.add_argument(
         "--otlp-endpoint",
         metavar="URL",
         help="send the spans over OTLP/HTTP to this endpoint (a collector, or `serve`) "
         f"instead of exporting in process; {TRACES_PATH} is added when the URL has no path",
+    )
+    replay_parser.add_argument(
+        "--otlp",
+        action="store_true",
+        help="send over OTLP/HTTP to the endpoint the OpenTelemetry variables name "
+        "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT); "
+        "OTEL_EXPORTER_OTLP_HEADERS is sent as the SDK sends it",
     )
     replay_parser.add_argument(
         "--otlp-token",
@@ -212,19 +349,53 @@ def add_otlp_replay_option(replay_parser: argparse.ArgumentParser) -> None:
     )
 
 
+def otlp_endpoint_from_env() -> str:
+    """The traces endpoint as the SDK finds it: the signal's own variable as
+    given, else the base endpoint with /v1/traces added."""
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    if base:
+        return base.rstrip("/") + TRACES_PATH
+    raise PrimeRunsOtelError(
+        "--otlp needs an endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. "
+        "http://127.0.0.1:4318) or pass --otlp-endpoint URL"
+    )
+
+
 def replay_command_over_otlp(args: argparse.Namespace) -> int:
-    """``replay`` with ``--otlp-endpoint``, from the replay command's arguments."""
+    """``replay`` with ``--otlp-endpoint`` or ``--otlp``, from the replay command's arguments."""
+    endpoint = args.otlp_endpoint or otlp_endpoint_from_env()
+    timeout = DEFAULT_OTLP_TIMEOUT if args.timeout is None else args.timeout
     return replay_over_otlp(
         args.path,
-        args.otlp_endpoint,
+        endpoint,
         name=args.name,
         model=args.model,
         environments=args.environment,
         framework=args.framework,
         config_file=args.config,
         token=args.otlp_token,
-        timeout=args.timeout,
+        timeout=timeout,
+        run_id=getattr(args, "run_key", None),
+        as_json=bool(getattr(args, "json", False)),
     )
+
+
+def _otlp_headers(token: str | None) -> dict[str, str] | None:
+    """``None`` lets the SDK read OTEL_EXPORTER_OTLP_(TRACES_)HEADERS itself; a
+    token is added to those headers rather than replacing them."""
+    if not token:
+        return None
+    from opentelemetry.util.re import parse_env_headers
+
+    raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_HEADERS", ""
+    )
+    headers = dict(parse_env_headers(raw, liberal=True))
+    headers["authorization"] = f"Bearer {token}"
+    return headers
 
 
 def replay_over_otlp(
@@ -237,30 +408,38 @@ def replay_over_otlp(
     framework: str | None = "verifiers",
     config_file: str | os.PathLike[str] | None = None,
     token: str | None = None,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_OTLP_TIMEOUT,
     run_id: str | None = None,
+    as_json: bool = False,
 ) -> int:
     """Send a verifiers ``traces.jsonl`` as one run's spans to an OTLP endpoint.
 
-    Returns 0 when every span was accepted by the endpoint, 1 otherwise. The
-    endpoint's acceptance is all that can be known from here: delivery to the
-    platform is the receiving ``serve``'s job.
+    Returns 0 when every episode was accepted by the endpoint, 1 otherwise.
+    The endpoint's acceptance is all that can be known from here: delivery to
+    the platform is the receiving ``serve``'s job. After the first refused
+    request nothing more is sent (the rest would be refused too), and the
+    report says what was accepted, refused and never sent.
     """
+    from .replay import recorded_eval, replay_run_key
+
     source = traces_file(Path(path))
+    recorded = recorded_eval(source.parent)
     bad_lines: list[str] = []
+    total = sum(1 for _ in read_records(source, []))
     records = read_records(source, bad_lines)
     first = next(records, None)
     resource = run_resource(
-        run_id=run_id,
-        name=name or source.resolve().parent.name,
-        model=model,
-        environments=list(environments or environments_of(first)),
+        run_id=run_id or replay_run_key(source),
+        name=name or recorded.get("name") or source.resolve().parent.name,
+        model=model or recorded.get("model"),
+        environments=list(environments or recorded.get("environments") or environments_of(first)),
         framework=framework,
     )
+    target = traces_endpoint(endpoint)
     exporter = _CountingExporter(
         OTLPSpanExporter(
-            endpoint=traces_endpoint(endpoint),
-            headers={"authorization": f"Bearer {token}"} if token else None,
+            endpoint=target,
+            headers=_otlp_headers(token),
             timeout=timeout,
             compression=Compression.Gzip,
         )
@@ -268,31 +447,54 @@ def replay_over_otlp(
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(_BlockingBatchProcessor(exporter))
     tracer = provider.get_tracer("prime_runs_otel.replay")
-    emit_run_start(tracer, normalize_config(None, config_file=config_file))
-    sent = 0
+    config = normalize_config(None, config_file=config_file or recorded.get("config_file"))
+    emit_run_start(tracer, config)
+    recorded_count = 0
     for record in _chain(first, records):
+        if exporter.refused_spans:
+            break  # the endpoint refuses: what is left is reported as never sent
         try:
             record_episode(tracer, record)
         except PrimeRunsOtelError as exc:
             bad_lines.append(f"episode {record.get('id')!r}: {exc}")
             continue
-        sent += 1
-    emit_run_end(tracer, "completed", episodes_recorded=sent)
+        recorded_count += 1
+    if not exporter.refused_spans:
+        emit_run_end(tracer, "completed", episodes_recorded=recorded_count)
     provider.shutdown()
     local_id = str(resource.attributes[semconv.RUN_ID])
+    accepted = exporter.accepted_episodes
+    refused = exporter.refused_episodes
+    never_sent = max(0, total - len(bad_lines) - accepted - refused)
     for problem in bad_lines:
         print(f"error: {problem}", file=sys.stderr)
-    print(
-        f"run {local_id}: {sent} episode(s) sent to {traces_endpoint(endpoint)}, "
-        f"{exporter.failed_spans} span(s) refused or not delivered"
-    )
-    if exporter.failed_spans:
+    report = {
+        "id": local_id,
+        "endpoint": target,
+        "episodes": total,
+        "accepted": accepted,
+        "refused": refused,
+        "never_sent": never_sent,
+        "bad_lines": len(bad_lines),
+        "run_end_sent": exporter.refused_spans == 0,
+    }
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
         print(
-            "some spans were not accepted: check the endpoint's log, then replay again "
-            "with the same file (episodes already stored are not stored twice)",
+            f"run {local_id} → {target}: {accepted} episode(s) accepted, {refused} refused, "
+            f"{never_sent} never sent" + (f", {len(bad_lines)} bad line(s)" if bad_lines else "")
+        )
+    if exporter.refused_spans:
+        print(
+            "the endpoint did not accept every span (refused, or not reachable within "
+            f"{timeout:g}s). If it needs a token, pass --otlp-token (or set "
+            "OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20TOKEN); check that it is "
+            "listening and its log, then replay the same file again: episodes already stored "
+            "are not stored twice, the run key coming from the file",
             file=sys.stderr,
         )
-    return EXIT_OK if not exporter.failed_spans and not bad_lines else EXIT_INCOMPLETE
+    return EXIT_OK if not exporter.refused_spans and not bad_lines else EXIT_INCOMPLETE
 
 
 def traces_endpoint(url: str) -> str:
@@ -307,16 +509,23 @@ def traces_endpoint(url: str) -> str:
 
 
 class _CountingExporter(SpanExporter):
-    """Counts spans the endpoint did not accept, which the SDK would forget."""
+    """Counts what the endpoint accepted and refused (the SDK would forget),
+    in spans and in episodes."""
 
     def __init__(self, inner: SpanExporter) -> None:
         self._inner = inner
-        self.failed_spans = 0
+        self.refused_spans = 0
+        self.accepted_episodes = 0
+        self.refused_episodes = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         result = self._inner.export(spans)
-        if result is not SpanExportResult.SUCCESS:
-            self.failed_spans += len(spans)
+        episodes = sum(1 for span in spans if span.name.startswith("episode"))
+        if result is SpanExportResult.SUCCESS:
+            self.accepted_episodes += episodes
+        else:
+            self.refused_spans += len(spans)
+            self.refused_episodes += episodes
         return result
 
     def shutdown(self) -> None:

@@ -276,6 +276,12 @@ class Uploader:
             if run.end_status is not None:
                 self._spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
             return
+        if run.create_state == "failed":
+            # Refused for good before it existed: once ended, nothing more
+            # will happen to it without `push`, so it leaves the delivery list.
+            if run.end_status is not None and run.close_state != "gave_up":
+                self._spool.update_run(run.local_id, close_state="gave_up")
+            return
         if run.create_state in ("pending", "creating"):
             self._create(run)
             run = self._reload(run)

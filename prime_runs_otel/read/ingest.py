@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypeAlias
 
 from .. import semconv
 from .._text import shown
@@ -59,12 +60,30 @@ class Grouped:
     unreadable: int = 0
 
 
+#: The run of a span whose Resource names none (``None``: it belongs to no run).
+Fallback: TypeAlias = Callable[[Mapping[str, Any]], "RunIdentity | None"]
+
+
 class _Batches:
     """Per-run batches in first-seen order, keyed by the run's local id."""
 
-    def __init__(self) -> None:
+    def __init__(self, fallback: Fallback | None = None) -> None:
         self.by_run: dict[str, RunBatch] = {}
         self._keys: dict[int, str | None] = {}
+        self._fallback = fallback
+
+    def adopt(self, view: SpanView) -> str | None:
+        """A run span with no run on its Resource: the fallback run, if any.
+        Only spans that mean something to a run get here, so spans of other
+        instrumentations never open a run of their own."""
+        if self._fallback is None:
+            return None
+        identity = self._fallback(view.resource)
+        if identity is None:
+            return None
+        self._keys[id(view.resource)] = identity.local_id
+        self.by_run.setdefault(identity.local_id, RunBatch(identity=identity))
+        return identity.local_id
 
     def key_of(self, view: SpanView) -> str | None:
         """The run a span belongs to (``None``: no run), its batch opened."""
@@ -80,16 +99,22 @@ class _Batches:
 
 
 def group_by_run(
-    views: Iterable[SpanView], *, trees: SpanTreeBuffer | None = None, flush: bool = False
+    views: Iterable[SpanView],
+    *,
+    trees: SpanTreeBuffer | None = None,
+    flush: bool = False,
+    fallback: Fallback | None = None,
 ) -> Grouped:
     """Group spans by run, keeping arrival order within each run.
 
     ``trees`` holds the spans episodes without a record are synthesised from,
     across calls; ``flush`` releases every episode it still holds (at
-    shutdown).
+    shutdown). ``fallback`` names the run of run spans whose Resource names
+    none (an in-process exporter's own process); without it they are counted
+    as unattributed.
     """
     grouped = Grouped()
-    batches = _Batches()
+    batches = _Batches(fallback)
     before = BufferStats(**asdict(trees.stats)) if trees is not None else None
     for view in views:
         # Every span is outside input: one that breaks a reader costs itself
@@ -151,6 +176,8 @@ def _group_one(
     if isinstance(item, EpisodeArrival) and trees is not None:
         trees.claim_native(view)
     if key is None:
+        key = batches.adopt(view)
+    if key is None:
         if isinstance(item, (EpisodeArrival, CorruptEpisode, UnrecordedEpisode)):
             grouped.unattributed += 1
         return
@@ -207,6 +234,8 @@ def _file(
 def _file_synthesized(batches: _Batches, grouped: Grouped, tree: SpanTree) -> None:
     root = tree.root.view
     key = batches.key_of(root)
+    if key is None:
+        key = batches.adopt(root)
     if key is None:
         grouped.unattributed += 1
         return

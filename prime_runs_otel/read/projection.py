@@ -442,7 +442,7 @@ def require_parquet() -> None:
     if not parquet_available():
         raise ParquetUnavailableError(
             "the legacy training sample table is written as Parquet, which needs pyarrow: "
-            "pip install 'prime-runs-otel[train]' (or keep Prime Traces on: it needs nothing "
+            "pip install -e '.[train]' from the clone (or keep Prime Traces on: it needs nothing "
             "extra)"
         )
 

@@ -19,6 +19,8 @@ import argparse
 import contextlib
 import copy
 import errno
+import html
+import json
 import re
 import secrets
 import shlex
@@ -246,11 +248,21 @@ def _upsert_step(rows: list[JSONObject], row: JSONObject) -> None:
     rows.append(row)
 
 
+def _page(title: str, body: str) -> bytes:
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)} · fake Prime platform</title></head>"
+        f"<body>{body}<p>Served by prime-runs-otel's fake platform.</p></body></html>"
+    ).encode()
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:20]}"
 
 
 _RouteHandler = Callable[[Request, "re.Match[str]"], Response]
+#: Which part of the platform a route belongs to (and how it authenticates).
+_Service = Literal["api", "traces", "storage", "dashboard"]
 
 
 @dataclass(frozen=True)
@@ -260,7 +272,7 @@ class _Route:
     handle: _RouteHandler
     #: ``api`` answers auth failures in the platform API's shape, ``traces`` in
     #: the service envelope; ``storage`` is the presigned-URL bucket (no token).
-    service: Literal["api", "traces", "storage"] = "api"
+    service: _Service = "api"
 
 
 # -- the platform ------------------------------------------------------------------------
@@ -613,7 +625,7 @@ class FakePlatform:
         raise not_found(f"{request.method} {request.path}")
 
     def _authenticate(self, route: _Route, request: Request) -> None:
-        if route.service == "storage":
+        if route.service in ("storage", "dashboard"):
             return
         if request.header("Authorization") == f"Bearer {self.api_key}":
             return
@@ -643,7 +655,9 @@ class FakePlatform:
 
     def _build_routes(self) -> list[_Route]:
         run = r"(?P<run_id>[^/]+)"
-        table: list[tuple[str, str, _RouteHandler, Literal["api", "traces", "storage"]]] = [
+        table: list[
+            tuple[str, str, _RouteHandler, Literal["api", "traces", "storage", "dashboard"]]
+        ] = [
             ("POST", r"/api/v1/environmentshub/resolve", self._resolve_environment, "api"),
             (
                 "GET",
@@ -666,11 +680,46 @@ class FakePlatform:
             ("POST", r"/api/v1/rft/samples/presign", self._presign_samples, "api"),
             ("POST", r"/api/v1/rft/samples/confirm", self._confirm_samples, "api"),
             ("PUT", r"/storage/(?P<key>.+)", self._store_object, "storage"),
+            (
+                "GET",
+                rf"/dashboard/(?:evaluations|training)/{run}",
+                self._dashboard_page,
+                "dashboard",
+            ),
         ]
         return [
             _Route(method, re.compile(f"^{pattern}$"), handler, service)
             for method, pattern, handler, service in table
         ]
+
+    # -- the dashboard ---------------------------------------------------------------
+
+    def _dashboard_page(self, request: Request, match: re.Match[str]) -> Response:
+        """The viewer URL a run is given answers with a small page: what the
+        fake platform holds for the run (the real dashboard is not faked)."""
+        run_id = match["run_id"]
+        with self._lock:
+            run = copy.deepcopy(self._runs.get(run_id))
+            episodes = len(self._episodes.get(run_id, {}))
+            samples = len(self._samples.get(run_id, []))
+        if run is None:
+            body = f"<h1>no run {html.escape(run_id)} on this fake platform</h1>"
+            return Response(404, _page("run not found", body), "text/html; charset=utf-8")
+        rows = "".join(
+            f"<tr><th>{html.escape(label)}</th><td>{html.escape(str(value))}</td></tr>"
+            for label, value in (
+                ("id", run.id),
+                ("name", run.name),
+                ("kind", run.kind),
+                ("status", run.status),
+                ("episodes (Prime Traces)", episodes),
+                ("sample rows", samples),
+                ("metrics", json.dumps(run.metrics, sort_keys=True)),
+                ("error", run.error_message or ""),
+            )
+        )
+        body = f"<h1>{html.escape(run.name)}</h1><table>{rows}</table>"
+        return Response(200, _page(run.name, body), "text/html; charset=utf-8")
 
     # -- environments ----------------------------------------------------------------
 

@@ -26,8 +26,14 @@ class EpisodeRow:
 
 def drop_records(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> None:
     """Delete the bodies of the episodes ``where`` selects: delivered, they
-    are the platform's now (the episode row stays, for its state and counts)."""
-    db.execute(f"DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE {where})", params)
+    are the platform's now (the episode row stays, for its state and counts).
+    A run marked ``keep_records`` (pushed from the local store) keeps them:
+    its owner still reads it locally."""
+    db.execute(
+        f"DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE ({where}) "
+        "AND run_id NOT IN (SELECT local_id FROM runs WHERE keep_records = 1))",
+        params,
+    )
 
 
 class SpoolEpisodes(SpoolCore):

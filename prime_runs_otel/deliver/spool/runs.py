@@ -59,6 +59,13 @@ class RunRow:
         (``prime-runs-otel push`` tries again)."""
         return self.close_state in ("closed", "gave_up")
 
+    @property
+    def stopped(self) -> bool:
+        """Delivery stopped on a permanent refusal (a credential refused, an
+        environment that does not exist): retrying cannot help, so nobody
+        should wait for it; ``push`` tries again once the cause is fixed."""
+        return self.close_state == "gave_up" or self.create_state == "failed"
+
 
 def ensure_run(
     db: sqlite3.Connection, identity: RunIdentity, *, mode: str, now: float
@@ -183,6 +190,26 @@ class SpoolRuns(SpoolCore):
                 "THEN 'open' ELSE close_state END, mode = ?, updated_at = ? WHERE local_id = ?",
                 (mode, mode, time.time(), local_id),
             )
+
+    def delete_run(self, local_id: str) -> int:
+        """Remove a run and everything stored for it (``prime-runs-otel rm``);
+        returns how many episodes went with it. The platform is not touched."""
+        with self._transaction() as db:
+            (count,) = db.execute(
+                "SELECT COUNT(*) FROM episodes WHERE run_id = ?", (local_id,)
+            ).fetchone()
+            db.execute(
+                "DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE run_id = ?)",
+                (local_id,),
+            )
+            for table in ("episodes", "rollouts", "uploads", "metrics", "producers"):
+                db.execute(f"DELETE FROM {table} WHERE run_id = ?", (local_id,))
+            db.execute("DELETE FROM runs WHERE local_id = ?", (local_id,))
+            return int(count)
+
+    def keep_records(self, local_id: str, keep: bool) -> None:
+        """Whether the run's record bodies outlive their delivery."""
+        self.update_run(local_id, keep_records=1 if keep else 0)
 
     def reopen_failed(self, local_id: str) -> int:
         """Give refused episodes and a failed create another chance (``push``)."""

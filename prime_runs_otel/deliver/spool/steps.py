@@ -63,6 +63,14 @@ class SpoolSteps(SpoolCore):
         )
         return [MetricsRow(step, row) for step, row in rows]
 
+    def metrics_rows(self, run_id: str) -> list[MetricsRow]:
+        """Every step's metrics row of a run, whatever its delivery state
+        (``prime-runs-otel export --what metrics``)."""
+        rows = self._query(
+            "SELECT step, row FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)
+        )
+        return [MetricsRow(step, row) for step, row in rows]
+
     def metrics_counts(self, run_id: str) -> dict[str, int]:
         """Metrics rows by state: pending, delivered, failed."""
         rows = self._query(

@@ -1,0 +1,157 @@
+"""How the command line writes: progress on stderr, colour only on a
+terminal, JSON one way everywhere, and quiet on a closed pipe.
+
+``prime-runs-otel export RUN | head`` is the first thing a user tries; the
+reader closing the pipe early is normal, not an error, so no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+
+class PipeClosed(Exception):
+    """stdout's reader went away: stop producing output (nothing is wrong)."""
+
+
+class PipeSafeStream:
+    """stdout that turns a closed pipe into silence.
+
+    Once the reader is gone the stream points at ``/dev/null`` (so the
+    interpreter's final flush cannot complain either) and ``closed_pipe``
+    tells long loops to stop early. Commands that must finish their work
+    anyway (``demo``, ``replay``: a run is being closed) simply go on.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.closed_pipe = False
+
+    def write(self, text: str) -> int:
+        if self.closed_pipe:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._went_away()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.closed_pipe:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._went_away()
+
+    def _went_away(self) -> None:
+        self.closed_pipe = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def isatty(self) -> bool:
+        return not self.closed_pipe and self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def install_pipe_safe_stdout() -> None:
+    if not isinstance(sys.stdout, PipeSafeStream):
+        sys.stdout = PipeSafeStream(sys.stdout)
+
+
+def stdout_gone() -> bool:
+    return isinstance(sys.stdout, PipeSafeStream) and sys.stdout.closed_pipe
+
+
+def color(text: str, code: str, stream: TextIO | None = None) -> str:
+    target = stream or sys.stdout
+    if target.isatty() and not os.environ.get("NO_COLOR"):
+        return f"\033[{code}m{text}\033[0m"
+    return text
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False))
+
+
+def error(text: str) -> None:
+    print(color(f"error: {text}", "31", sys.stderr), file=sys.stderr)
+
+
+def human_bytes(size: float) -> str:
+    """Binary units, the same ones the configuration documents (GiB)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+class Progress:
+    """A progress line on stderr: redrawn in place on a terminal, a line per
+    tenth of the work otherwise (so CI logs stay readable)."""
+
+    def __init__(self, label: str, total: int | None, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self._stream = stream or sys.stderr
+        self._tty = self._stream.isatty()
+        self._last_tenth = -1
+        self._last_draw = 0.0
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self._tty:
+            if now - self._last_draw >= 0.1 or self.done == self.total:
+                self._last_draw = now
+                self._stream.write(f"\r{self._text()}")
+                self._stream.flush()
+        elif self.total:
+            tenth = self.done * 10 // self.total
+            if tenth != self._last_tenth:
+                self._last_tenth = tenth
+                self._stream.write(self._text() + "\n")
+
+    def close(self) -> None:
+        if self._tty:
+            self._stream.write(f"\r{self._text()}\n")
+            self._stream.flush()
+
+    def _text(self) -> str:
+        if self.total:
+            return f"{self.label}: {self.done}/{self.total} ({100 * self.done // self.total}%)"
+        return f"{self.label}: {self.done}"
+
+
+def command_name() -> str:
+    """How the user can run this command again from where they are: the bare
+    name when it is on PATH, else the script beside this interpreter (from a
+    clone after ``make demo``: ``.venv/bin/prime-runs-otel``)."""
+    import shutil
+    from pathlib import Path
+
+    here = Path(sys.executable).parent / "prime-runs-otel"
+    found = shutil.which("prime-runs-otel")
+    if found and Path(found).resolve() == here.resolve():
+        return "prime-runs-otel"
+    if here.exists():
+        try:
+            return str(here.relative_to(Path.cwd()))
+        except ValueError:
+            return str(here)
+    return f"{Path(sys.executable).name} -m prime_runs_otel.cli"

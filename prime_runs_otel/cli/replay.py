@@ -1,0 +1,325 @@
+"""``replay`` (a verifiers eval's ``traces.jsonl`` as a run) and ``demo`` (a
+synthetic eval), both through the real pipeline.
+
+A replay is idempotent: its run key is derived from the file's bytes (or
+given with ``--run-key``), and episodes are stored once per run by their id,
+so replaying the same file again adds nothing to the run it made the first
+time. Ctrl-C finishes the run as cancelled, never as crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import resolve_settings
+from ..deliver.spool import Spool
+from ..errors import PrimeRunsOtelError
+from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
+from ..run import Run, RunResult, start_run
+from .output import Progress, color, command_name, error, print_json
+from .store import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    json_option,
+    non_negative_float,
+    print_show,
+    run_view,
+    spool_option,
+)
+
+EXIT_INTERRUPTED = 130
+DEFAULT_REPLAY_TIMEOUT = 300.0
+
+
+def replay_run_key(path: Path) -> str:
+    """The run key of a replayed file: the same bytes give the same run,
+    wherever the file lies (a copy, a move, another machine)."""
+    digest = hashlib.sha256(b"prime-runs-otel replay\0")
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:32]
+
+
+def recorded_eval(folder: Path) -> dict[str, Any]:
+    """What a verifiers eval recorded in its run folder: the model, the
+    environment and the config it was launched with (``configs/``)."""
+    found: dict[str, Any] = {}
+    resolved_dir = folder / "configs" / "resolved"
+    resolved = sorted(resolved_dir.glob("*.json")) if resolved_dir.is_dir() else []
+    if resolved:
+        try:
+            config = json.loads(resolved[0].read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = None
+        if isinstance(config, dict):
+            if isinstance(config.get("model"), str) and config["model"]:
+                found["model"] = config["model"]
+            env = config.get("env")
+            if isinstance(env, dict):
+                taskset = env.get("taskset") if isinstance(env.get("taskset"), dict) else {}
+                env_id = env.get("id") or (taskset or {}).get("id")
+                if isinstance(env_id, str) and env_id:
+                    found["environments"] = [env_id]
+            run = config.get("run")
+            if isinstance(run, dict) and isinstance(run.get("name"), str) and run["name"]:
+                found["name"] = run["name"]
+            found["config_file"] = resolved[0]
+    launch = sorted((folder / "configs").glob("*.toml")) if (folder / "configs").is_dir() else []
+    if launch:
+        found["config_file"] = launch[0]  # the file as launched, kept byte for byte
+    return found
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if args.otlp_endpoint or args.otlp:
+        from .serve import replay_command_over_otlp
+
+        return replay_command_over_otlp(args)
+    given = Path(args.path)
+    path = traces_file(given)
+    recorded = recorded_eval(path.parent)
+    total = count_lines(path)
+    errors: list[str] = []
+    records = read_records(path, errors)
+    first = next(records, None)
+    environments = args.environment or recorded.get("environments") or environments_of(first)
+    run = start_run(
+        name=args.name or recorded.get("name") or path.resolve().parent.name,
+        model=args.model or recorded.get("model"),
+        environments=environments,
+        framework=args.framework,
+        config_file=args.config or recorded.get("config_file"),
+        run_id=args.run_key or replay_run_key(path),
+        spool_dir=args.spool_dir,
+    )
+    progress = Progress("replaying episodes", total)
+    try:
+        if first is not None:
+            progress.advance(_record(run, first, errors))
+        for record in records:
+            progress.advance(_record(run, record, errors))
+    except KeyboardInterrupt:
+        return _interrupted(run, progress, as_json=args.json)
+    progress.close()
+    for problem in errors:
+        error(problem)
+    timeout = DEFAULT_REPLAY_TIMEOUT if args.timeout is None else args.timeout
+    result = run.finish("completed", timeout=timeout)
+    print_result(result, bad_lines=len(errors), as_json=args.json)
+    delivered = result.closed and not (result.pending or result.failed or result.uncertain)
+    return EXIT_OK if delivered and not errors else EXIT_INCOMPLETE
+
+
+def _interrupted(run: Run, progress: Progress, *, as_json: bool) -> int:
+    """Ctrl-C while recording: the run ends as cancelled with what it has."""
+    progress.close()
+    print(
+        "interrupted: finishing the run as cancelled (Ctrl-C again to stop waiting)",
+        file=sys.stderr,
+    )
+    try:
+        result = run.finish("cancelled", "interrupted by the user (Ctrl-C)")
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    print_result(result, as_json=as_json)
+    return EXIT_INTERRUPTED
+
+
+def _record(run: Any, record: dict[str, Any], errors: list[str]) -> int:
+    try:
+        run.record_episode(record)
+    except PrimeRunsOtelError as exc:
+        errors.append(f"episode {record.get('id')!r}: {exc}")
+    return 1
+
+
+def result_view(result: RunResult) -> dict[str, Any]:
+    """The result in the vocabulary of ``show --json`` (from the spool when
+    the run is there, so both print the same thing)."""
+    if result.spool_path:
+        spool = Spool(Path(result.spool_path), max_bytes=resolve_settings().spool_max_bytes)
+        row = spool.run(result.local_id)
+        if row is not None:
+            return run_view(spool, row)
+    return {
+        "id": result.local_id,
+        "mode": result.mode,
+        "status": result.status,
+        "closed": result.closed,
+        "episodes": result.episodes,
+        "pending": result.pending,
+        "failed": result.failed,
+        "uncertain": result.uncertain,
+        "corrupt": result.corrupt,
+    }
+
+
+def print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = False) -> None:
+    if as_json:
+        print_json({**result_view(result), "bad_lines": bad_lines})
+        return
+    status = color(result.status, "32" if result.status == "completed" else "33")
+    print(f"run:       {result.local_id} ({status}, {'closed' if result.closed else 'OPEN'})")
+    if result.platform_id:
+        print(f"platform:  {result.platform_id}")
+    if result.url:
+        print(f"url:       {result.url}")
+    print(
+        f"episodes:  {result.episodes} stored, {result.pending} pending, "
+        f"{result.failed} failed, {result.uncertain} uncertain, {result.corrupt} corrupt"
+        + (f", {bad_lines} bad line(s)" if bad_lines else "")
+    )
+    print(f"spool:     {result.spool_path}")
+    if result.stopped:
+        print(f"stopped:   {result.error}")
+    if result.next_step:
+        print(f"next:      {result.next_step}")
+
+
+# -- demo -------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ..produce.synthetic import synthetic_episodes
+
+    fake = None
+    env_backup = dict(os.environ)
+    try:
+        if args.fake_platform:
+            from ..testing import FakePlatform
+
+            fake = FakePlatform().start()
+            os.environ.update(fake.client_env())
+            os.environ["PRIME_RUNS_MODE"] = "online"
+            print(f"fake platform listening on {fake.url}")
+        settings = resolve_settings(spool_dir=args.spool_dir)
+        where = {"online": "the platform", "local": "the local store"}.get(settings.mode, "nowhere")
+        print(f"demo: {args.episodes} episodes through OpenTelemetry into {where}")
+        run = start_run(
+            name=f"demo-{int(time.time())}",
+            model="demo/solver-8b",
+            environments=["gsm8k-demo"],
+            framework="prime-runs-otel-demo",
+            config={"rollouts_per_example": 4, "temperature": 0.7, "judge": "demo/judge-1b"},
+            tags=["demo"],
+            settings=settings,
+        )
+        progress = Progress("recording episodes", args.episodes)
+        try:
+            for record in synthetic_episodes(args.episodes, seed=args.seed, ending_at="now"):
+                run.record_episode(record)
+                progress.advance()
+        except KeyboardInterrupt:
+            return _interrupted(run, progress, as_json=False)
+        progress.close()
+        print("finishing the run (delivering, then closing it)...")
+        result = run.finish()
+        print_result(result)
+        print()
+        spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+        row = spool.run(result.local_id)
+        if row is not None:
+            print_show(spool, row)
+        if fake is not None:
+            _print_fake_platform(fake, result.platform_id)
+        short = result.local_id[:12]
+        cli = command_name()
+        print()
+        print("where to look:")
+        print(f"  {cli} runs                 # every run in the spool")
+        print(f"  {cli} show {short}    # this run")
+        print(f"  {cli} export {short} --what samples | head -c 600")
+        if settings.mode == "local":
+            print(f"  {cli} push {short}    # send it once you have a key")
+            print(f"  {cli} rm {short}      # or drop it from the local store")
+        ok = result.closed and not (result.pending or result.failed)
+        return EXIT_OK if ok else EXIT_INCOMPLETE
+    finally:
+        os.environ.clear()
+        os.environ.update(env_backup)
+        if fake is not None:
+            fake.stop()
+
+
+def _print_fake_platform(fake: Any, platform_id: str | None) -> None:
+    if platform_id is None:
+        print("the fake platform has no run")
+        return
+    platform_run = fake.run(platform_id)
+    print("what the (fake) platform received:")
+    print(f"  run {platform_run.id}: {platform_run.name!r}, status {platform_run.status}")
+    print(f"  episodes in Prime Traces: {len(fake.episodes(platform_id))}")
+    print(f"  legacy sample rows: {len(fake.samples(platform_id))}")
+    print(f"  metrics: {json.dumps(platform_run.metrics, sort_keys=True)[:400]}")
+
+
+# -- wiring -----------------------------------------------------------------------
+
+
+def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    from .serve import add_otlp_replay_option
+
+    replay = commands.add_parser(
+        "replay", parents=[common], help="replay a verifiers traces.jsonl as a run"
+    )
+    replay.add_argument("path", help="traces.jsonl, or the run folder that holds it")
+    replay.add_argument(
+        "--name", help="run name (default: the eval's recorded run name, else the folder's name)"
+    )
+    replay.add_argument(
+        "--model", help="model the episodes were sampled from (default: what the eval recorded)"
+    )
+    replay.add_argument(
+        "--environment",
+        action="append",
+        metavar="NAME",
+        help="environment (repeatable; default: what the eval recorded, else the records' env)",
+    )
+    replay.add_argument(
+        "--framework",
+        default="verifiers",
+        help="framework that produced the run (default verifiers)",
+    )
+    replay.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the config file the run was launched with (default: the one the eval saved)",
+    )
+    replay.add_argument(
+        "--run-key",
+        metavar="KEY",
+        help="the run to replay into (default: derived from the file's bytes, so replaying "
+        "the same file again stores nothing twice); a new key makes a new run",
+    )
+    replay.add_argument(
+        "--timeout",
+        type=non_negative_float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds to wait for delivery (default 300); with OTLP, for each request (default 30)",
+    )
+    json_option(replay, "the run, as `show --json` does")
+    spool_option(replay)
+    add_otlp_replay_option(replay)
+    replay.set_defaults(func=cmd_replay)
+
+    demo = commands.add_parser(
+        "demo", parents=[common], help="a synthetic eval run through the real pipeline"
+    )
+    demo.add_argument(
+        "--episodes", type=int, default=300, help="how many episodes to record (default 300)"
+    )
+    demo.add_argument("--seed", type=int, default=0, help="seed of the synthetic episodes")
+    demo.add_argument(
+        "--fake-platform", action="store_true", help="deliver to a fake platform on loopback"
+    )
+    spool_option(demo)
+    demo.set_defaults(func=cmd_demo)
