@@ -141,6 +141,8 @@ class RunResult:
     corrupt: int
     spool_path: str
     error: str | None = None
+    #: Of ``failed``: episodes refused at the spool's size cap, never stored.
+    rejected: int = 0
 
     def describe(self) -> str:
         where = self.url or (f"platform run {self.platform_id}" if self.platform_id else None)
@@ -340,13 +342,41 @@ class Run:
         logger.log(level, "prime-runs-otel: %s", result.describe())
         return result
 
+    def snapshot(self, status: str | None = None) -> RunResult:
+        """Where the run's delivery stands right now, read from the spool
+        without waiting: what a progress display shows while episodes stream."""
+        return self._describe(status or ("running" if not self._finished else "completed"), None)
+
+    def wait_registered(self, timeout: float) -> RunResult:
+        """Flush the run's spans and wait (up to ``timeout``) until the platform
+        has the run, or refused it for good; a local run is there at once.
+        For callers that must hand out the platform's run id before the first
+        episode, as prime-runs' ``init()`` does."""
+        self._provider.force_flush()
+        if self.settings.mode == "online":
+            self._exporter.wait_registered(self.id, timeout)
+        return self.snapshot()
+
+    def wait_delivered(self, timeout: float) -> bool:
+        """Flush the run's spans and wait (up to ``timeout``) until the
+        platform has confirmed everything recorded so far."""
+        self._provider.force_flush()
+        if self.settings.mode != "online":
+            return True
+        return self._exporter.wait_delivered(self.id, timeout)
+
     def _result(self, status: str, budget: float) -> RunResult:
+        run = None
+        if self.settings.mode != "disabled" and self._owns_lifecycle:
+            run = self._exporter.wait_closed(self.id, budget)
+        return self._describe(status, run)
+
+    def _describe(self, status: str, run: Any) -> RunResult:
         settings = self.settings
         if settings.mode == "disabled":
             return RunResult(
                 self.id, status, True, "disabled", None, None, self._recorded, 0, 0, 0, 0, ""
             )
-        run = self._exporter.wait_closed(self.id, budget) if self._owns_lifecycle else None
         spool = self._exporter.spool
         run = run or spool.run(self.id)
         if run is None:
@@ -369,6 +399,7 @@ class Run:
             corrupt=run.corrupt,
             spool_path=str(spool.path),
             error=run.last_error,
+            rejected=run.rejected,
         )
 
     def __enter__(self) -> Run:

@@ -258,6 +258,10 @@ class Uploader:
         if run.kind == "train":
             self._advance_training(run)
             return
+        if run.url is None:
+            # An attached run's dashboard address, which no create answer gave.
+            evals, _ = self._apis()
+            self._spool.update_run(run.local_id, url=evals.url_for(run.platform_id))
         self._resume_open_uploads(run)
         if not self._deliver_some(run):
             return
