@@ -314,10 +314,18 @@ class Run:
         return emit_metrics(self._tracer, values, step=step)
 
     def finish(
-        self, status: str = "completed", error: str | None = None, *, timeout: float | None = None
+        self,
+        status: str = "completed",
+        error: str | None = None,
+        *,
+        timeout: float | None = None,
+        summary: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """End the run and wait (up to ``timeout``) until it is closed on the
-        platform. What is not delivered by then stays in the spool."""
+        platform. What is not delivered by then stays in the spool.
+
+        ``summary`` replaces the run summary aggregated from the episodes
+        (``avg_reward``, ``avg_metrics``, ``avg_error``) with your own."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(
                 f"status must be one of {', '.join(TERMINAL_STATUSES)}, not {status!r}"
@@ -330,7 +338,9 @@ class Run:
         atexit.unregister(self._on_exit)
         budget = self._finish_timeout if timeout is None else timeout
         if self._owns_lifecycle:
-            emit_run_end(self._tracer, status, error, episodes_recorded=self._recorded)
+            emit_run_end(
+                self._tracer, status, error, episodes_recorded=self._recorded, summary=summary
+            )
         self._provider.force_flush()
         # A forked child only flushes what it recorded: the run goes on in the
         # parent, so it is reported as running, and not as a problem.

@@ -101,9 +101,16 @@ def run_metadata(run: RunRow) -> dict[str, Any]:
 
 
 def run_summary(run: RunRow) -> dict[str, Any]:
-    summary = finite_only(SummaryAccumulator.from_state(run.summary_state).summary())
+    if run.end_summary is not None:
+        summary = finite_only(run.end_summary)
+    else:
+        summary = finite_only(SummaryAccumulator.from_state(run.summary_state).summary())
     if run.kind == "eval" and run.mode == "online":
-        summary["prime_runs"] = {"traces_episodes_written": run.traces_written}
+        given = summary.get("prime_runs")
+        summary["prime_runs"] = {
+            **(given if isinstance(given, Mapping) else {}),
+            "traces_episodes_written": run.traces_written,
+        }
     return summary
 
 

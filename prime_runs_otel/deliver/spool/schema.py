@@ -113,6 +113,8 @@ CREATE TABLE IF NOT EXISTS lease (
 #: Columns added after the first release, added in place to an older spool
 #: file so that an upgrade never needs the spool emptied first.
 ADDED_COLUMNS = {
+    # The producer's own run summary (JSON), sent instead of the aggregated one.
+    "runs": (("end_summary", "TEXT"),),
     "episodes": (("step", "INTEGER"),),
     "producers": (("owner", "INTEGER NOT NULL DEFAULT 1"),),
     "uploads": (

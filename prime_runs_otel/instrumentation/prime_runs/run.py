@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from ... import semconv as sc
+from ..._json import clean_metric_values
 from ...config import env_flag, resolve_settings
 from ...errors import PrimeRunsOtelError
 from ...produce.instrument import (
@@ -237,7 +238,13 @@ class _Delivery:
     def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
         raise NotImplementedError
 
-    def end(self, status: str, error: str | None, timeout: float | None) -> RunResult | None:
+    def end(
+        self,
+        status: str,
+        error: str | None,
+        timeout: float | None,
+        summary: Mapping[str, Any],
+    ) -> RunResult | None:
         raise NotImplementedError
 
     def snapshot(self) -> RunResult | None:
@@ -271,7 +278,7 @@ class _InProcess(_Delivery):
         for exporter in others:
             run.tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
         delivery = cls(run, spec.attach)
-        if spec.attach is None and run.settings.mode == "online":
+        if run.settings.mode == "online":
             delivery._wait_for_the_platform(spec)
         return delivery
 
@@ -303,8 +310,14 @@ class _InProcess(_Delivery):
     def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
         self.run.log_metrics(values, step=step)
 
-    def end(self, status: str, error: str | None, timeout: float | None) -> RunResult | None:
-        return self.run.finish(status, error, timeout=timeout)
+    def end(
+        self,
+        status: str,
+        error: str | None,
+        timeout: float | None,
+        summary: Mapping[str, Any],
+    ) -> RunResult | None:
+        return self.run.finish(status, error, timeout=timeout, summary=summary)
 
     def snapshot(self) -> RunResult | None:
         return self.run.snapshot()
@@ -371,9 +384,17 @@ class _Exported(_Delivery):
         if self.kind == "train":
             emit_metrics(self.tracer, values, step=step)
 
-    def end(self, status: str, error: str | None, timeout: float | None) -> RunResult | None:
+    def end(
+        self,
+        status: str,
+        error: str | None,
+        timeout: float | None,
+        summary: Mapping[str, Any],
+    ) -> RunResult | None:
         if os.getpid() == self._pid:  # a forked child leaves the run to its parent
-            emit_run_end(self.tracer, status, error, episodes_recorded=self.recorded)
+            emit_run_end(
+                self.tracer, status, error, episodes_recorded=self.recorded, summary=summary
+            )
         budget = 30.0 if timeout is None else max(0.0, timeout)
         self.provider.force_flush(int(budget * 1000))
         self.provider.shutdown()
@@ -558,7 +579,7 @@ class InstrumentedRun:
     def update_summary(self, values: Mapping[str, Any]) -> None:
         with self._state_lock:
             self._require_live("update_summary")
-            self.summary.update(values)
+            self.summary.update(clean_metric_values(values))
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Everything logged so far is durable in the spool once this returns
@@ -578,9 +599,8 @@ class InstrumentedRun:
         timeout: float | None = None,
     ) -> None:
         """End the run and wait (up to ``timeout``) for its delivery. The
-        platform's summary is computed from the episodes delivered (what
-        ``prime_runs.metrics.from_episodes`` gives over them), so an episode
-        delivered later still counts."""
+        run's summary is the caller's, as with prime-runs (verifiers passes
+        ``prime_runs.metrics.from_episodes`` over its episodes)."""
         with self._finish_lock:
             if self._finished:
                 return
@@ -591,7 +611,7 @@ class InstrumentedRun:
                 self._finishing = True
                 self._status = resolved
             if summary:
-                self.summary.update(summary)
+                self.summary.update(clean_metric_values(summary))
             try:
                 self._finish_once(resolved, error, timeout)
             finally:
@@ -604,10 +624,12 @@ class InstrumentedRun:
     def _finish_once(self, status: pr.RunStatus, error: str | None, timeout: float | None) -> None:
         if os.getpid() != self._owner_pid:
             # A forked child: what it recorded is flushed, the run is the parent's.
-            self._delivery.end(status.value, error, timeout)
+            self._delivery.end(status.value, error, timeout, self.summary)
             return
         try:
-            result = self._delivery.end(status.value, error or _first(self._notes), timeout)
+            result = self._delivery.end(
+                status.value, error or _first(self._notes), timeout, self.summary
+            )
         except Exception as exc:
             self._note("finishing the run", exc)
             return
