@@ -1,0 +1,167 @@
+"""The real `vf-eval` (verifiers 0.4.0), offline, reporting to the fake
+platform: once through prime-runs itself (`--push`), once unchanged under a
+launcher with this package's instrumentation. What the platform holds must
+be the same, apart from how uploads are batched and this package's run-key
+marker; and the ids, clocks and paths every run has of its own.
+
+The eval is `tests/vf_env/arith_otel` (a taskset and a harness that runs
+verifiers' chat program with this interpreter) against the deterministic
+fake OpenAI-compatible server, in the `subprocess` runtime."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prime_runs_otel.deliver.uploader import MARKER_KEY
+from prime_runs_otel.testing import FakePlatform
+from prime_runs_otel.testing.fake_openai import FakeOpenAI
+
+BIN = Path(sys.executable).parent
+VF_EVAL = str(BIN / "vf-eval")
+INSTRUMENT = str(BIN / "opentelemetry-instrument")
+TASKSET = Path(__file__).resolve().parent / "vf_env"
+#: Keys every run fills with its own ids, clocks and places.
+VOLATILE = frozenset({"id", "timestamp", "timing", "time", "runtime", "key", "hash"})
+
+
+@pytest.fixture
+def model() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(accuracy=0.6) as fake:
+        yield fake
+
+
+def vf_eval(
+    platform: FakePlatform,
+    model: FakeOpenAI,
+    out: Path,
+    *args: str,
+    launcher: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`vf-eval arith-otel` as a user types it, with `launcher` in front."""
+    command = [
+        *launcher,
+        VF_EVAL,
+        "arith-otel",
+        "-m",
+        "demo/model",
+        "-n",
+        "3",
+        "-r",
+        "2",
+        "--env.agent.runtime.type",
+        "subprocess",
+        "--env.agent.harness.id",
+        "arith-otel",
+        "--client.base-url",
+        model.base_url,
+        "--client.api-key-var",
+        "FAKE_MODEL_KEY",
+        "--run.name",
+        "arith-eval",
+        "--no-rich",
+        "-o",
+        str(out),
+        *args,
+    ]
+    full_env = {
+        **os.environ,
+        **platform.client_env(),
+        "FAKE_MODEL_KEY": "unused",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TASKSET), os.environ.get("PYTHONPATH")])),
+        **(env or {}),
+    }
+    done = subprocess.run(
+        command, env=full_env, capture_output=True, text=True, timeout=240, cwd=out.parent
+    )
+    if check:
+        assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+INSTRUMENTED = {
+    "OTEL_TRACES_EXPORTER": "prime_runs",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items() if k not in VOLATILE and k != "run"}
+    if isinstance(value, list):
+        return [_normal(item) for item in value]
+    return value
+
+
+def platform_content(platform: FakePlatform, run_id: str) -> dict[str, Any]:
+    """What the platform holds of one run, without what every run has of its own."""
+    run = platform.run(run_id)
+    create = dict(run.create_payload)
+    create["metadata"] = {k: v for k, v in create.get("metadata", {}).items() if k != MARKER_KEY}
+    episodes = [_normal(episode) for episode in platform.episodes(run_id)]
+    for episode in platform.episodes(run_id):
+        assert episode["run"]["id"] == run_id, "the platform's run id is on every episode"
+        assert all(trace["run"]["id"] == run_id for trace in episode.get("traces", []))
+    return {
+        "name": run.name,
+        "kind": run.kind,
+        "status": run.status,
+        "error": run.error_message,
+        "create": create,
+        "metadata": {k: v for k, v in run.metadata.items() if k != MARKER_KEY},
+        "metrics": run.metrics,
+        "finalize_calls": run.finalize_calls,
+        "episodes": sorted(episodes, key=lambda episode: json.dumps(episode, sort_keys=True)),
+        "samples": sorted(
+            (_normal(row) for row in platform.samples(run_id)),
+            key=lambda row: json.dumps(row, sort_keys=True),
+        ),
+    }
+
+
+def _new_run(platform: FakePlatform, before: set[str]) -> str:
+    [run_id] = [run.id for run in platform.runs() if run.id not in before]
+    return run_id
+
+
+def _twice(
+    platform: FakePlatform,
+    model: FakeOpenAI,
+    tmp_path: Path,
+    launcher: Sequence[str],
+    env: dict[str, str],
+    *args: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The same eval through prime-runs, then under the launcher."""
+    before = {run.id for run in platform.runs()}
+    (tmp_path / "sdk").mkdir()
+    vf_eval(platform, model, tmp_path / "sdk" / "outputs", *args)
+    sdk_id = _new_run(platform, before)
+    (tmp_path / "otel").mkdir()
+    vf_eval(platform, model, tmp_path / "otel" / "outputs", *args, launcher=launcher, env=env)
+    otel_id = _new_run(platform, before | {sdk_id})
+    assert MARKER_KEY not in platform.run(sdk_id).metadata
+    assert MARKER_KEY in platform.run(otel_id).metadata, "this package created the run"
+    return platform_content(platform, sdk_id), platform_content(platform, otel_id)
+
+
+def test_vf_eval_under_opentelemetry_instrument_lands_as_with_push(
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    sdk, otel = _twice(online, model, tmp_path, [INSTRUMENT], INSTRUMENTED)
+    assert otel == sdk
+    assert otel["status"] == "COMPLETED" and len(otel["episodes"]) == 6
+    assert otel["create"]["environments"] and otel["create"]["framework"] == "verifiers"
+    rewards = sorted(e["traces"][0]["rewards"]["correct"]["score"] for e in otel["episodes"])
+    assert 0.0 in rewards and 1.0 in rewards, "the fake model is right only some of the time"
+    assert otel["metrics"]["prime_runs"] == {"traces_episodes_written": 6}
