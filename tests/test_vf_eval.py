@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,52 @@ def test_vf_eval_under_opentelemetry_instrument_lands_as_with_push(
     rewards = sorted(e["traces"][0]["rewards"]["correct"]["score"] for e in otel["episodes"])
     assert 0.0 in rewards and 1.0 in rewards, "the fake model is right only some of the time"
     assert otel["metrics"]["prime_runs"] == {"traces_episodes_written": 6}
+
+
+def test_vf_eval_under_prime_runs_otel_run_lands_as_with_push(
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The launcher for those without opentelemetry-distro: no OTEL_*
+    setting at all, the same result."""
+    launcher = [str(BIN / "prime-runs-otel"), "run", "--"]
+    sdk, otel = _twice(online, model, tmp_path, launcher, {})
+    assert otel == sdk
+    assert otel["status"] == "COMPLETED" and len(otel["episodes"]) == 6
+
+
+def test_vf_eval_over_otlp_through_serve_lands_as_with_push(
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    """OTEL_TRACES_EXPORTER=otlp: the eval process only sends OTLP; `serve`
+    (its own spool, the platform's credentials) creates, streams and closes
+    the run once the eval has exited."""
+    from test_receiver import ServeProcess, serve_env
+
+    serve = ServeProcess(tmp_path, serve_env(tmp_path, online)).start()
+    try:
+        before = {run.id for run in online.runs()}
+        (tmp_path / "sdk").mkdir()
+        vf_eval(online, model, tmp_path / "sdk" / "outputs")
+        [sdk_id] = [run.id for run in online.runs() if run.id not in before]
+        (tmp_path / "otel").mkdir()
+        otlp = {
+            **INSTRUMENTED,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": serve.url,
+            # The eval process has no platform credential: serve holds it.
+            "PRIME_API_KEY": "",
+        }
+        vf_eval(online, model, tmp_path / "otel" / "outputs", launcher=[INSTRUMENT], env=otlp)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            fresh = [run for run in online.runs() if run.id not in before | {sdk_id}]
+            if fresh and fresh[0].closed:
+                break
+            time.sleep(0.2)
+        [otel_run] = [run for run in online.runs() if run.id not in before | {sdk_id}]
+        assert MARKER_KEY in otel_run.metadata
+        assert platform_content(online, otel_run.id) == platform_content(online, sdk_id)
+        assert otel_run.status == "COMPLETED"
+    finally:
+        serve.stop()
