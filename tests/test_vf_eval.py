@@ -49,20 +49,19 @@ def vf_eval(
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """`vf-eval arith-otel` as a user types it, with `launcher` in front."""
+    sizing = [] if "-n" in args else ["-n", "3", "-r", "2"]
+    # The single-agent env's one agent; another env (--env.id) names its own.
+    agent = [] if "--env.id" in args else [
+        "--env.agent.runtime.type", "subprocess", "--env.agent.harness.id", "arith-otel"
+    ]  # fmt: skip
     command = [
         *launcher,
         VF_EVAL,
         "arith-otel",
         "-m",
         "demo/model",
-        "-n",
-        "3",
-        "-r",
-        "2",
-        "--env.agent.runtime.type",
-        "subprocess",
-        "--env.agent.harness.id",
-        "arith-otel",
+        *sizing,
+        *agent,
         "--client.base-url",
         model.base_url,
         "--client.api-key-var",
@@ -166,6 +165,34 @@ def test_vf_eval_under_opentelemetry_instrument_lands_as_with_push(
     rewards = sorted(e["traces"][0]["rewards"]["correct"]["score"] for e in otel["episodes"])
     assert 0.0 in rewards and 1.0 in rewards, "the fake model is right only some of the time"
     assert otel["metrics"]["prime_runs"] == {"traces_episodes_written": 6}
+
+
+def test_a_multi_turn_eval_with_a_judge_lands_as_with_push(
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    """verifiers' user-sim env (a modeled user, untrainable, talks to the
+    assistant for two turns) and a model judge in the task's reward: episodes
+    of two traces, judge calls recorded on the assistant's."""
+    args = [
+        "-n", "2", "-r", "1",
+        "--env.id", "user-sim",
+        "--env.assistant.runtime.type", "subprocess",
+        "--env.assistant.harness.id", "arith-otel",
+        "--env.user.runtime.type", "subprocess",
+        "--env.user.harness.id", "arith-otel",
+        "--env.user.max-turns", "2",
+        "--env.taskset.task.judge.base-url", model.base_url,
+        "--env.taskset.task.judge.api-key-var", "FAKE_MODEL_KEY",
+        "--env.taskset.task.judge.model", "demo/judge",
+    ]  # fmt: skip
+    sdk, otel = _twice(online, model, tmp_path, [INSTRUMENT], INSTRUMENTED, *args)
+    assert otel == sdk
+    assert otel["status"] == "COMPLETED" and len(otel["episodes"]) == 2
+    for episode in otel["episodes"]:
+        assistant, user = episode["traces"]
+        assert (assistant["agent"]["trainable"], user["agent"]["trainable"]) == (True, False)
+        assert len([n for n in assistant["nodes"] if n["message"]["role"] == "user"]) == 2
+        assert assistant["info"]["judge_calls"], "the judge's call is on the record"
 
 
 def test_vf_eval_under_prime_runs_otel_run_lands_as_with_push(

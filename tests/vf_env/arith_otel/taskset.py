@@ -1,4 +1,5 @@
-"""The taskset: ``What is A + B?``, rewarded 1.0 when the reply holds A + B."""
+"""The taskset: ``What is A + B?``, rewarded 1.0 when the reply holds A + B;
+with ``--env.taskset.task.judge.*`` set, a model judge grades the reply too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ class ArithOtelData(vf.TaskData):
     answer: int
 
 
+class ArithJudge(vf.Judge[str]):
+    prompt = "A student was asked: {question}\nThe student replied: {response}\nSolve it yourself."
+
+
+class ArithOtelTaskConfig(vf.TaskConfig):
+    judge: vf.JudgeConfig | None = None
+    """A model judge (its endpoint and model); none by default."""
+
+
 def _text(message: object) -> str:
     content = getattr(message, "content", None)
     if isinstance(content, str):
@@ -20,20 +30,37 @@ def _text(message: object) -> str:
     return ""
 
 
-class ArithOtelTask(vf.Task[ArithOtelData]):
+def _last_reply(trace: vf.Trace) -> str:
+    replies = [m for m in trace.messages if getattr(m, "role", None) == "assistant"]
+    return _text(replies[-1]) if replies else ""
+
+
+class ArithOtelTask(vf.Task[ArithOtelData, vf.State, ArithOtelTaskConfig]):
     @vf.reward(weight=1.0)
     async def correct(self, trace: vf.Trace) -> float:
-        replies = [m for m in trace.messages if getattr(m, "role", None) == "assistant"]
-        return float(bool(replies) and str(self.data.answer) in _text(replies[-1]))
+        return float(str(self.data.answer) in _last_reply(trace))
+
+    @vf.reward(weight=0.5)
+    async def judged(self, trace: vf.Trace) -> float:
+        """The judge's own answer agrees with the reply (0 without a judge)."""
+        if self.config.judge is None:
+            return 0.0
+        verdict = await ArithJudge(self.config.judge).evaluate(
+            trace=trace,
+            question=str(self.data.prompt),
+            answer=str(self.data.answer),
+            response=_last_reply(trace),
+        )
+        return float(str(self.data.answer) in verdict.text)
 
     @vf.metric
     async def reply_chars(self, trace: vf.Trace) -> float:
-        replies = [m for m in trace.messages if getattr(m, "role", None) == "assistant"]
-        return float(sum(len(_text(m)) for m in replies))
+        return float(len(_last_reply(trace)))
 
 
 class ArithOtelConfig(vf.TasksetConfig):
     num_tasks: int = 4
+    task: ArithOtelTaskConfig = ArithOtelTaskConfig()
 
 
 class ArithOtelTaskset(vf.Taskset[ArithOtelTask, ArithOtelConfig]):
