@@ -565,3 +565,41 @@ def test_a_hosted_training_run_is_attached_to(
     assert otel.pop("name") != sdk.pop("name")
     assert otel == sdk
     assert online.run(otel_id).status == "COMPLETED"
+
+
+# -- prime-runs-otel run -------------------------------------------------------
+
+
+def _cli_run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "prime_runs_otel.cli", "run", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_launcher_passes_the_exit_code_through_and_instruments_children() -> None:
+    script = (
+        "import subprocess, sys, prime_runs\n"
+        "from prime_runs_otel.instrumentation.prime_runs import _hook\n"
+        "assert hasattr(prime_runs.init, _hook.ORIGINAL_ATTRIBUTE)\n"
+        "child = 'import prime_runs, sys; from prime_runs_otel.instrumentation.prime_runs "
+        "import _hook; sys.exit(0 if hasattr(prime_runs.init, _hook.ORIGINAL_ATTRIBUTE) else 5)'\n"
+        "assert subprocess.run([sys.executable, '-c', child]).returncode == 0\n"
+        "sys.exit(7)\n"
+    )
+    done = _cli_run("--", sys.executable, "-c", script)
+    assert done.returncode == 7, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [((), "nothing to run"), (("--",), "nothing to run"), (("no-such-program-x",), "not found")],
+)
+def test_the_launcher_says_what_is_wrong_with_its_command(
+    command: tuple[str, ...], message: str
+) -> None:
+    done = _cli_run(*command)
+    assert done.returncode == 2
+    assert message in done.stderr
