@@ -22,6 +22,7 @@ def main() -> None:
     quick = "--quick" in sys.argv
     if quick:
         run("in_process.py", "--episodes", "300", "--rounds", "1")
+        run("instrumentation.py", "--episodes", "200", "--rounds", "1")
         run("offered_load.py", "--rates", "500,2000", "--duration", "5")
         run("collector.py", "--episodes", "500")
         run("scaling.py", "--checkpoints", "2000,10000")
@@ -34,6 +35,7 @@ def main() -> None:
             ("20971520", "4"),
         ):
             run("in_process.py", "--episodes", count, "--rounds", "1", "--size", size)
+        run("instrumentation.py", "--episodes", "1000", "--rounds", "3")
         run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
         run("collector.py")
         # Last: the longest (a million episodes take a while on two cores).
