@@ -195,6 +195,31 @@ def test_a_multi_turn_eval_with_a_judge_lands_as_with_push(
         assert assistant["info"]["judge_calls"], "the judge's call is on the record"
 
 
+def test_a_resumed_eval_lands_as_with_push(
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A grader breaks on one task, so its rollout ends in error; then
+    `--resume` runs it again: a second run holding the kept rollouts and the
+    new one. Both runs land as through prime-runs."""
+    args = ("-n", "3", "-r", "1")
+    contents: dict[str, list[dict[str, Any]]] = {}
+    for side, launcher, env in (("sdk", [], {}), ("otel", [INSTRUMENT], INSTRUMENTED)):
+        (tmp_path / side).mkdir()
+        out = tmp_path / side / "outputs"
+        before = {run.id for run in online.runs()}
+        broken = {**env, "ARITH_OTEL_BREAK_TASK_1": "1"}
+        vf_eval(online, model, out, *args, launcher=launcher, env=broken)
+        first = _new_run(online, before)
+        vf_eval(online, model, out, *args, "--resume", launcher=launcher, env=env)
+        second = _new_run(online, before | {first})
+        contents[side] = [platform_content(online, first), platform_content(online, second)]
+    assert contents["otel"] == contents["sdk"]
+    first, second = contents["otel"]
+    assert [episode["ok"] for episode in first["episodes"]].count(False) == 1
+    assert len(second["episodes"]) == 3 and all(e["ok"] for e in second["episodes"])
+    assert first["status"] == second["status"] == "COMPLETED"
+
+
 def test_vf_eval_under_prime_runs_otel_run_lands_as_with_push(
     online: FakePlatform, model: FakeOpenAI, tmp_path: Path
 ) -> None:

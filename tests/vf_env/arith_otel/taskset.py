@@ -3,6 +3,7 @@ with ``--env.taskset.task.judge.*`` set, a model judge grades the reply too."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import verifiers.v1 as vf
@@ -38,6 +39,10 @@ def _last_reply(trace: vf.Trace) -> str:
 class ArithOtelTask(vf.Task[ArithOtelData, vf.State, ArithOtelTaskConfig]):
     @vf.reward(weight=1.0)
     async def correct(self, trace: vf.Trace) -> float:
+        if self.data.idx == 1 and os.environ.get("ARITH_OTEL_BREAK_TASK_1"):
+            # A grader that breaks on one task: its rollouts end in error,
+            # and `vf-eval --resume` runs them again.
+            raise RuntimeError("the grader broke on task 1")
         return float(str(self.data.answer) in _last_reply(trace))
 
     @vf.reward(weight=0.5)
