@@ -15,9 +15,10 @@ sends nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # not typing's: see prime_runs_otel/__init__.py
 if TYPE_CHECKING:
+    from typing import Any
+
     from .instrumentor import PrimeRunsInstrumentor
 
 __all__ = ["PrimeRunsInstrumentor"]

@@ -11,31 +11,34 @@ first and the patch right after, so ``from prime_runs import init`` done later
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
-import importlib.machinery
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any
+from _thread import allocate_lock
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs more to import than all of this module
+    from collections.abc import Callable, Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
 
 TARGET = "prime_runs"
 #: Marks a patched ``init`` and carries the original for ``uninstall()``.
 ORIGINAL_ATTRIBUTE = "__prime_runs_otel_original__"
 
-_lock = threading.Lock()
+_lock = allocate_lock()
 
 
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Finds ``prime_runs`` through the other finders and wraps its loader."""
+class _PatchAfterImport:
+    """A ``sys.meta_path`` finder: finds ``prime_runs`` through the other
+    finders and wraps its loader. (Not derived from ``importlib.abc``, whose
+    import costs every process more than the rest of the hook.)"""
 
     def find_spec(
         self,
         fullname: str,
         path: Sequence[str] | None,
         target: ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
         if fullname != TARGET:
             return None
         for finder in sys.meta_path:
@@ -44,18 +47,18 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader)
+                    spec.loader = _PatchingLoader(spec.loader)  # type: ignore[assignment]
                 return spec
         return None
 
 
-class _PatchingLoader(importlib.abc.Loader):
+class _PatchingLoader:
     """The real loader, then the patch once the module body has run."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         module: ModuleType | None = self._loader.create_module(spec)
         return module
 
@@ -119,7 +122,6 @@ def _restore(module: ModuleType) -> None:
 
 
 def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
     def init(**kwargs: Any) -> Any:
         # Imported on the first call: only a process that opens a run loads
         # the pipeline (the SDK, the spool, the platform clients).
@@ -127,5 +129,9 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
 
         return init_run(original, **kwargs)
 
+    # What functools.wraps would copy, without importing functools.
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(init, name, getattr(original, name, None))
+    init.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(init, ORIGINAL_ATTRIBUTE, original)
     return init

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,6 +32,17 @@ def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(entries)
     env.setdefault("OTEL_TRACES_EXPORTER", "prime_runs")
     return env
+
+
+def run_command(command: Sequence[str]) -> int:
+    """``prime-runs-otel run``: the command's own exit code, as it replaces
+    this process; 2 with a message when there is nothing to run."""
+    try:
+        launch(command)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 2  # not reached: launch() replaces this process or raises
 
 
 def launch(command: Sequence[str]) -> None:

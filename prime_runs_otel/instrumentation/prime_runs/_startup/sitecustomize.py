@@ -3,8 +3,6 @@ starts (its folder is first on ``PYTHONPATH``) patches ``prime_runs`` once it
 is imported, and otherwise pays only for this file. Then the
 ``sitecustomize`` this one hides, if the interpreter has one, runs as usual."""
 
-import importlib.machinery
-import importlib.util
 import os
 import sys
 
@@ -22,10 +20,14 @@ def _instrument() -> None:
 def _run_hidden_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     path = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    from importlib.util import module_from_spec
+
+    module = module_from_spec(spec)
     spec.loader.exec_module(module)
 
 
