@@ -13,6 +13,7 @@ episodes per step, ``$RUN_ID`` to attach to a hosted run)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -26,6 +27,8 @@ from typing import Any
 import httpx
 import prime_runs as pr
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prime_runs_otel.deliver.uploader import MARKER_KEY
 from prime_runs_otel.instrumentation.prime_runs import PrimeRunsInstrumentor
@@ -605,3 +608,50 @@ def test_the_launcher_says_what_is_wrong_with_its_command(
     done = _cli_run(*command)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+#: What an environment variable can hold: no NUL, no lone surrogate.
+env_text = st.characters(exclude_characters="\x00", exclude_categories=("Cs",))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(env_text, max_size=12))
+def test_the_init_timeout_setting_is_a_number_or_a_clear_error(raw: str) -> None:
+    from prime_runs_otel.instrumentation.prime_runs.run import INIT_TIMEOUT_ENV, _init_timeout
+
+    saved = os.environ.get(INIT_TIMEOUT_ENV)
+    os.environ[INIT_TIMEOUT_ENV] = raw
+    try:
+        try:
+            value = _init_timeout()
+        except pr.ConfigurationError as exc:
+            assert INIT_TIMEOUT_ENV in str(exc)
+        else:
+            assert value >= 0 and math.isfinite(value)
+    finally:
+        if saved is None:
+            os.environ.pop(INIT_TIMEOUT_ENV, None)
+        else:
+            os.environ[INIT_TIMEOUT_ENV] = saved
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(env_text, max_size=30))
+def test_any_exporter_name_is_used_or_refused_with_what_to_do(raw: str) -> None:
+    from prime_runs_otel.instrumentation.prime_runs.run import _exporter_names, _load_exporter
+
+    saved = os.environ.get("OTEL_TRACES_EXPORTER")
+    os.environ["OTEL_TRACES_EXPORTER"] = raw
+    try:
+        try:
+            names = _exporter_names()
+            for name in names:
+                if name != "prime_runs":
+                    _load_exporter(name).shutdown()
+        except pr.ConfigurationError as exc:
+            assert "OTEL_TRACES_EXPORTER" in str(exc) or "OTLP protocol" in str(exc)
+    finally:
+        if saved is None:
+            os.environ.pop("OTEL_TRACES_EXPORTER", None)
+        else:
+            os.environ["OTEL_TRACES_EXPORTER"] = saved
