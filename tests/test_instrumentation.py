@@ -655,3 +655,28 @@ def test_any_exporter_name_is_used_or_refused_with_what_to_do(raw: str) -> None:
             os.environ.pop("OTEL_TRACES_EXPORTER", None)
         else:
             os.environ["OTEL_TRACES_EXPORTER"] = saved
+
+
+def test_a_hosted_training_runs_rft_root_is_kept_for_delivery(
+    instrumented: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hosted run's launcher hands the trainer the platform's internal RFT
+    root ($PRIME_API_BASE) and its run id ($RUN_ID); both reach delivery as
+    given (kept local here: the fake platform serves only the public API)."""
+    from prime_runs_otel.deliver.platform.rft import INTERNAL_API_PATH, split_api_root
+
+    monkeypatch.setenv("PRIME_RUNS_MODE", "local")
+    run = pr.init(
+        kind="train",
+        id="run-hosted-1",
+        base_url="https://api.example/api/internal/rft",
+        model="base/policy",
+        environments=["gsm8k-demo"],
+        training=pr.TrainingSpec(max_steps=3),
+    )
+    try:
+        assert isinstance(run, InstrumentedRun) and run.attached and run.id == "run-hosted-1"
+        settings = run._delivery.run.settings  # type: ignore[attr-defined]
+        assert split_api_root(settings.base_url) == ("https://api.example", INTERNAL_API_PATH)
+    finally:
+        run.finish()
