@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,22 +40,16 @@ def model() -> Iterator[FakeOpenAI]:
         yield fake
 
 
-def vf_eval(
-    platform: FakePlatform,
-    model: FakeOpenAI,
-    out: Path,
-    *args: str,
-    launcher: Sequence[str] = (),
-    env: dict[str, str] | None = None,
-    check: bool = True,
-) -> subprocess.CompletedProcess[str]:
+def vf_eval_command(
+    model: FakeOpenAI, out: Path, *args: str, launcher: Sequence[str] = ()
+) -> list[str]:
     """`vf-eval arith-otel` as a user types it, with `launcher` in front."""
     sizing = [] if "-n" in args else ["-n", "3", "-r", "2"]
     # The single-agent env's one agent; another env (--env.id) names its own.
     agent = [] if "--env.id" in args else [
         "--env.agent.runtime.type", "subprocess", "--env.agent.harness.id", "arith-otel"
     ]  # fmt: skip
-    command = [
+    return [
         *launcher,
         VF_EVAL,
         "arith-otel",
@@ -73,18 +68,35 @@ def vf_eval(
         str(out),
         *args,
     ]
-    full_env = {
+
+
+def vf_eval_env(platform: FakePlatform, env: dict[str, str]) -> dict[str, str]:
+    return {
         **os.environ,
         **platform.client_env(),
         "FAKE_MODEL_KEY": "unused",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(TASKSET), os.environ.get("PYTHONPATH")])),
-        **(env or {}),
+        **env,
     }
+
+
+def vf_eval(
+    platform: FakePlatform,
+    model: FakeOpenAI,
+    out: Path,
+    *args: str,
+    launcher: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        command, env=full_env, capture_output=True, text=True, timeout=240, cwd=out.parent
+        vf_eval_command(model, out, *args, launcher=launcher),
+        env=vf_eval_env(platform, env or {}),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=out.parent,
     )
-    if check:
-        assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, done.stderr[-4000:]
     return done
 
 
@@ -267,3 +279,71 @@ def test_vf_eval_over_otlp_through_serve_lands_as_with_push(
         assert otel_run.status == "COMPLETED"
     finally:
         serve.stop()
+
+
+def _interrupted(
+    platform: FakePlatform,
+    model: FakeOpenAI,
+    out: Path,
+    how: signal.Signals,
+    launcher: Sequence[str],
+    env: dict[str, str],
+) -> str:
+    """vf-eval whose grader hangs on one task, stopped by `how` once the
+    other two tasks' episodes are on the platform; the run's id."""
+    before = {run.id for run in platform.runs()}
+    command = vf_eval_command(model, out, "-n", "3", "-r", "1", launcher=launcher)
+    process = subprocess.Popen(
+        command,
+        env=vf_eval_env(platform, {**env, "ARITH_OTEL_HANG_TASK_2": "1"}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=out.parent,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        run_id = None
+        while time.monotonic() < deadline and process.poll() is None:
+            fresh = [run.id for run in platform.runs() if run.id not in before]
+            if fresh and len(platform.episodes(fresh[0])) >= 2:
+                run_id = fresh[0]
+                break
+            time.sleep(0.1)
+        assert run_id is not None, "the two finished episodes never reached the platform"
+        process.send_signal(how)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return run_id
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_an_interrupted_eval_ends_as_with_push_or_better(
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path, how: signal.Signals
+) -> None:
+    """Ctrl-C: both runs are cancelled, with the same episodes. Killed:
+    prime-runs' run stays running for good; this package's is closed as
+    crashed by the next process on the spool (`prime-runs-otel push`)."""
+    ids = {}
+    for side, launcher, env in (("sdk", [], {}), ("otel", [INSTRUMENT], INSTRUMENTED)):
+        (tmp_path / side).mkdir()
+        ids[side] = _interrupted(online, model, tmp_path / side / "outputs", how, launcher, env)
+    if how == signal.SIGINT:
+        assert platform_content(online, ids["otel"]) == platform_content(online, ids["sdk"])
+        assert online.run(ids["otel"]).status == "CANCELLED"
+        return
+    assert online.run(ids["sdk"]).status == "RUNNING"
+    pushed = subprocess.run(
+        [str(BIN / "prime-runs-otel"), "push"],
+        env=vf_eval_env(online, {}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    crashed = online.run(ids["otel"])
+    assert crashed.status == "FAILED" and (crashed.error_message or "").startswith("crashed")
+    assert len(online.episodes(ids["otel"])) == 2

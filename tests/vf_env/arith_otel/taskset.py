@@ -3,6 +3,7 @@ with ``--env.taskset.task.judge.*`` set, a model judge grades the reply too."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 
@@ -43,6 +44,10 @@ class ArithOtelTask(vf.Task[ArithOtelData, vf.State, ArithOtelTaskConfig]):
             # A grader that breaks on one task: its rollouts end in error,
             # and `vf-eval --resume` runs them again.
             raise RuntimeError("the grader broke on task 1")
+        if self.data.idx == 2 and os.environ.get("ARITH_OTEL_HANG_TASK_2"):
+            # A grader that never returns: the eval is still running when
+            # somebody presses Ctrl-C (or the process is killed).
+            await asyncio.sleep(3600)
         return float(str(self.data.answer) in _last_reply(trace))
 
     @vf.reward(weight=0.5)
