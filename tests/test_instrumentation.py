@@ -379,6 +379,9 @@ def test_bad_input_is_refused_alone_and_reported(
         pr.init(mode="online", nmae="typo")
     with pytest.raises(pr.ConfigurationError, match="kind"):
         pr.init(mode="online", kind="sweep")
+    with pytest.raises(pr.ConfigurationError, match="on_error"):
+        pr.init(mode="online", on_error="explode", **IDENTITY)
+    assert len(online.runs()) == 1, "a refused init opens no run"
 
 
 def test_live_attributes_tell_what_is_pending_during_an_outage(

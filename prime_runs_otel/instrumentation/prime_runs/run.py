@@ -73,6 +73,9 @@ def init_run(original: Callable[..., Any], **kwargs: Any) -> Any:
     if mode == "disabled" or not exporters:
         return original(**kwargs)
     spec = _RunSpec.from_init(kwargs)
+    on_error = kwargs.get("on_error", "warn")
+    if on_error not in ("warn", "raise"):
+        raise pr.ConfigurationError(f"on_error={on_error!r} is not one of 'warn' or 'raise'")
     in_process = IN_PROCESS in exporters
     others = [_load_exporter(name) for name in exporters if name != IN_PROCESS]
     try:
@@ -82,7 +85,7 @@ def init_run(original: Callable[..., Any], **kwargs: Any) -> Any:
             delivery = _Exported.open(spec, others)
     except PrimeRunsOtelError as exc:
         raise pr.ConfigurationError(str(exc)) from exc
-    return InstrumentedRun(delivery, spec, on_error=kwargs.get("on_error", "warn"))
+    return InstrumentedRun(delivery, spec, on_error=on_error)
 
 
 # ---------------------------------------------------------------------------
@@ -436,8 +439,6 @@ class InstrumentedRun:
     """
 
     def __init__(self, delivery: _Delivery, spec: _RunSpec, *, on_error: str = "warn") -> None:
-        if on_error not in ("warn", "raise"):
-            raise pr.ConfigurationError(f"on_error={on_error!r} is not one of 'warn' or 'raise'")
         self._delivery = delivery
         self._spec = spec
         self._on_error = on_error
