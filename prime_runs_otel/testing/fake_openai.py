@@ -91,15 +91,16 @@ class FakeOpenAI:
         """The chat completion for one request body."""
         with self._lock:
             self.requests.append(body)
+            number = len(self.requests)
         messages = body.get("messages") or []
         tools = body.get("tools") or []
         question = _last_text(messages, "user")
         match = _QUESTION.search(question)
-        # Named after the conversation, not the arrival order: concurrent
-        # requests get the same answers, and ids, run after run.
+        # Completions are named after the conversation, not the arrival order,
+        # so concurrent requests get the same answers and ids run after run.
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
         if tools and match and messages and messages[-1].get("role") == "user":
-            message = _tool_call_message(tools[0], match.group(0), digest[:12])
+            message = _tool_call_message(tools[0], match.group(0), str(number))
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": self._answer(messages, match)}
