@@ -22,6 +22,7 @@ def main() -> None:
     quick = "--quick" in sys.argv
     if quick:
         run("in_process.py", "--episodes", "300", "--rounds", "1")
+        run("instrumentation.py", "--episodes", "200", "--rounds", "1")
         run("offered_load.py", "--rates", "500,2000", "--duration", "5")
         run("collector.py", "--episodes", "500")
         run("hostile.py", "--mib", "2", "--episodes", "1000", "--bodies", "2")
@@ -35,6 +36,7 @@ def main() -> None:
             ("20971520", "4"),
         ):
             run("in_process.py", "--episodes", count, "--rounds", "1", "--size", size)
+        run("instrumentation.py", "--episodes", "1000", "--rounds", "3")
         run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
         run("collector.py")
         run("hostile.py")

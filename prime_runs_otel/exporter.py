@@ -291,6 +291,20 @@ class PrimeRunsSpanExporter(SpanExporter):
             ),
         )
 
+    def wait_registered(self, local_id: str, timeout: float) -> bool:
+        """``True`` once the platform has the run (created or attached, and
+        its dashboard address known) or creating it failed for good;
+        ``False`` when the time ran out first."""
+        return self._wait(
+            local_id,
+            timeout,
+            lambda run: (
+                run.mode != "online"
+                or run.create_state == "failed"
+                or (run.create_state == "created" and run.url is not None)
+            ),
+        )
+
     def wait_closed(self, local_id: str, timeout: float) -> RunRow | None:
         """The run once it is closed (or the deadline passes)."""
         self._wait(local_id, timeout, lambda run: run.settled)

@@ -145,6 +145,8 @@ class RunResult:
     #: Delivery stopped on a permanent refusal: nothing more happens until the
     #: cause is fixed and the run pushed again (``next_step`` says how).
     stopped: bool = False
+    #: Of ``failed``: episodes refused at the spool's size cap, never stored.
+    rejected: int = 0
 
     @property
     def next_step(self) -> str | None:
@@ -355,10 +357,18 @@ class Run:
         return emit_metrics(self._tracer, values, step=step)
 
     def finish(
-        self, status: str = "completed", error: str | None = None, *, timeout: float | None = None
+        self,
+        status: str = "completed",
+        error: str | None = None,
+        *,
+        timeout: float | None = None,
+        summary: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """End the run and wait (up to ``timeout``) until it is closed on the
-        platform. What is not delivered by then stays in the spool."""
+        platform. What is not delivered by then stays in the spool.
+
+        ``summary`` replaces the run summary aggregated from the episodes
+        (``avg_reward``, ``avg_metrics``, ``avg_error``) with your own."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(
                 f"status must be one of {', '.join(TERMINAL_STATUSES)}, not {status!r}"
@@ -371,7 +381,9 @@ class Run:
         atexit.unregister(self._on_exit)
         budget = self._finish_timeout if timeout is None else timeout
         if self._owns_lifecycle:
-            emit_run_end(self._tracer, status, error, episodes_recorded=self._recorded)
+            emit_run_end(
+                self._tracer, status, error, episodes_recorded=self._recorded, summary=summary
+            )
         self._provider.force_flush()
         # A forked child only flushes what it recorded: the run goes on in the
         # parent, so it is reported as running, and not as a problem.
@@ -383,13 +395,41 @@ class Run:
         logger.log(level, "prime-runs-otel: %s", result.describe())
         return result
 
+    def snapshot(self, status: str | None = None) -> RunResult:
+        """Where the run's delivery stands right now, read from the spool
+        without waiting: what a progress display shows while episodes stream."""
+        return self._describe(status or ("running" if not self._finished else "completed"), None)
+
+    def wait_registered(self, timeout: float) -> RunResult:
+        """Flush the run's spans and wait (up to ``timeout``) until the platform
+        has the run, or refused it for good; a local run is there at once.
+        For callers that must hand out the platform's run id before the first
+        episode, as prime-runs' ``init()`` does."""
+        self._provider.force_flush()
+        if self.settings.mode == "online":
+            self._exporter.wait_registered(self.id, timeout)
+        return self.snapshot()
+
+    def wait_delivered(self, timeout: float) -> bool:
+        """Flush the run's spans and wait (up to ``timeout``) until the
+        platform has confirmed everything recorded so far."""
+        self._provider.force_flush()
+        if self.settings.mode != "online":
+            return True
+        return self._exporter.wait_delivered(self.id, timeout)
+
     def _result(self, status: str, budget: float) -> RunResult:
+        run = None
+        if self.settings.mode != "disabled" and self._owns_lifecycle:
+            run = self._exporter.wait_closed(self.id, budget)
+        return self._describe(status, run)
+
+    def _describe(self, status: str, run: Any) -> RunResult:
         settings = self.settings
         if settings.mode == "disabled":
             return RunResult(
                 self.id, status, True, "disabled", None, None, self._recorded, 0, 0, 0, 0, ""
             )
-        run = self._exporter.wait_closed(self.id, budget) if self._owns_lifecycle else None
         spool = self._exporter.spool
         run = run or spool.run(self.id)
         if run is None:
@@ -413,6 +453,7 @@ class Run:
             spool_path=str(spool.path),
             error=run.last_error,
             stopped=run.stopped,
+            rejected=run.rejected,
         )
 
     def __enter__(self) -> Run:

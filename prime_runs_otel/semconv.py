@@ -91,6 +91,11 @@ RUN_ERROR: Final = "prime.run.error"
 #: How many episodes this producer recorded, so a consumer behind a collector
 #: can wait for stragglers still in flight before finalizing the run.
 RUN_EPISODES_RECORDED: Final = "prime.run.episodes_recorded"
+#: The run summary the producer itself computed (a blob holding a JSON
+#: object), sent instead of the one aggregated from the episodes. Callers of
+#: prime-runs' ``Run.finish(summary)`` choose their run's summary; without
+#: this attribute the summary is aggregated, as ``metrics.from_episodes``.
+RUN_SUMMARY: Final = "prime.run.summary"
 
 # --------------------------------------------------------------------------
 # Metrics span: one training step's metrics (``Run.log_metrics``). A span

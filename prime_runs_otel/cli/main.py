@@ -56,6 +56,13 @@ def cmd_fake_platform(args: argparse.Namespace) -> int:
     return fake_main(argv)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..instrumentation.prime_runs.launcher import launch
+
+    launch(args.command)
+    return EXIT_USAGE  # not reached: launch() replaces this process or raises
+
+
 # -- wiring -------------------------------------------------------------------
 
 
@@ -92,6 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     json_option(doctor, "the checks")
     spool_option(doctor)
     doctor.set_defaults(func=cmd_doctor)
+
+    run = commands.add_parser(
+        "run",
+        help="run a command whose prime-runs calls report through this package",
+        description="Run COMMAND (vf-eval, a trainer, any Python program) so that every "
+        "prime_runs.init(...) in it opens a run reported through prime-runs-otel: the same as "
+        "opentelemetry-instrument with OTEL_TRACES_EXPORTER=prime_runs, without "
+        "opentelemetry-distro. COMMAND's exit code is passed through.",
+    )
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    run.set_defaults(func=cmd_run)
 
     fake = commands.add_parser(
         "fake-platform", parents=[common], help="serve a fake platform on loopback for testing"

@@ -103,9 +103,16 @@ def run_metadata(run: RunRow) -> dict[str, Any]:
 
 
 def run_summary(run: RunRow) -> dict[str, Any]:
-    summary = finite_only(SummaryAccumulator.from_state(run.summary_state).summary())
+    if run.end_summary is not None:
+        summary = finite_only(run.end_summary)
+    else:
+        summary = finite_only(SummaryAccumulator.from_state(run.summary_state).summary())
     if run.kind == "eval" and run.mode == "online":
-        summary["prime_runs"] = {"traces_episodes_written": run.traces_written}
+        given = summary.get("prime_runs")
+        summary["prime_runs"] = {
+            **(given if isinstance(given, Mapping) else {}),
+            "traces_episodes_written": run.traces_written,
+        }
     return summary
 
 
@@ -290,6 +297,10 @@ class Uploader:
         if run.kind == "train":
             self._advance_training(run)
             return
+        if run.url is None:
+            # An attached run's dashboard address, which no create answer gave.
+            evals, _ = self._apis()
+            self._spool.update_run(run.local_id, url=evals.url_for(run.platform_id))
         self._resume_open_uploads(run)
         if not self._deliver_some(run):
             return

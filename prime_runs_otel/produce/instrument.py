@@ -278,11 +278,14 @@ def emit_run_end(
     error: str | None = None,
     *,
     episodes_recorded: int | None = None,
+    summary: Mapping[str, Any] | None = None,
 ) -> None:
     """Close the run with its terminal status.
 
     ``episodes_recorded`` lets a consumer that sees spans out of order (behind
     a collector) wait for episodes still in flight before it finalizes.
+    ``summary`` is the run's summary as the producer wants it shown; left
+    out, the consumer aggregates one from the episodes.
     """
     if status not in sc.RUN_STATUSES:
         raise ValueError(f"status={status!r} is not one of {', '.join(sc.RUN_STATUSES)}")
@@ -295,10 +298,23 @@ def emit_run_end(
     attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OPENINFERENCE_CHAIN
     outcome = status if episodes_recorded is None else f"{status}, {episodes_recorded} episode(s)"
     attributes[sc.OUTPUT_VALUE] = f"{outcome}: {error}" if error else outcome
+    text = None
+    if summary is not None:
+        try:
+            text = json.dumps(clean_metric_values(summary), separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"the run summary is not JSON-serialisable ({exc}); pass plain "
+                "str/int/float/bool/list/dict values"
+            ) from exc
     span = tracer.start_span(sc.RUN_END_SPAN, attributes=attributes)
-    if status in _ERROR_STATUSES:
-        span.set_status(Status(StatusCode.ERROR, error or status))
-    span.end()
+    try:
+        if status in _ERROR_STATUSES:
+            span.set_status(Status(StatusCode.ERROR, error or status))
+        if text is not None:
+            _set_blob(span, tracer, sc.RUN_SUMMARY, text)
+    finally:
+        span.end()
 
 
 # ---------------------------------------------------------------------------

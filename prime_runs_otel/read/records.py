@@ -109,6 +109,8 @@ class RunEnd:
     status: str
     error: str | None
     episodes_recorded: int | None
+    #: The producer's own run summary, when it sent one.
+    summary: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -376,7 +378,15 @@ def _read_run_end(attributes: Mapping[str, Any]) -> RunEnd:
         )
         status = "failed"
     count = whole_number(attributes.get(sc.RUN_EPISODES_RECORDED))
-    return RunEnd(status=str(status), error=error, episodes_recorded=count)
+    summary = None
+    if sc.RUN_SUMMARY in attributes:
+        try:
+            summary = json.loads(decode_blob(attributes, sc.RUN_SUMMARY))
+        except (RecordError, ValueError, RecursionError) as exc:
+            logger.warning("the run summary is damaged (%s); the aggregated one is sent", exc)
+        if not isinstance(summary, dict):
+            summary = None
+    return RunEnd(status=str(status), error=error, episodes_recorded=count, summary=summary)
 
 
 def _joined_chunks(value: Any, key: str) -> str:

@@ -96,8 +96,11 @@ class FakeOpenAI:
         tools = body.get("tools") or []
         question = _last_text(messages, "user")
         match = _QUESTION.search(question)
+        # Completions are named after the conversation, not the arrival order,
+        # so concurrent requests get the same answers and ids run after run.
+        digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
         if tools and match and messages and messages[-1].get("role") == "user":
-            message = _tool_call_message(tools[0], match.group(0), number)
+            message = _tool_call_message(tools[0], match.group(0), str(number))
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": self._answer(messages, match)}
@@ -105,9 +108,9 @@ class FakeOpenAI:
         prompt_tokens = sum(len(json.dumps(item)) for item in messages) // 4 + 5
         completion_tokens = len(json.dumps(message)) // 4 + 1
         return {
-            "id": f"chatcmpl-{number}",
+            "id": f"chatcmpl-{digest[:24]}",
             "object": "chat.completion",
-            "created": 1_767_225_600 + number,
+            "created": 1_767_225_600 + int(digest[:4], 16),
             "model": self.response_model or str(body.get("model", "fake-model")),
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {
@@ -146,7 +149,25 @@ class FakeOpenAI:
                 except ValueError:
                     self._send(400, {"error": {"message": "the body is not JSON"}})
                     return
-                self._send(200, fake.complete(body))
+                completion = fake.complete(body)
+                if body.get("stream"):
+                    self._stream(completion, body)
+                else:
+                    self._send(200, completion)
+
+            def _stream(self, completion: dict[str, Any], body: dict[str, Any]) -> None:
+                """Server-sent events, as an inference server streams: the
+                message in one delta, then the finish reason, then usage if
+                asked for, then ``[DONE]``."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for chunk in _stream_chunks(completion, body):
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
@@ -162,6 +183,25 @@ class FakeOpenAI:
         return Handler
 
 
+def _stream_chunks(completion: dict[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
+    choice = completion["choices"][0]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [
+            {"index": index, **call} for index, call in enumerate(message["tool_calls"])
+        ]
+    head = {key: completion[key] for key in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+    ]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return chunks
+
+
 def _last_text(messages: list[dict[str, Any]], role: str) -> str:
     for message in reversed(messages):
         if message.get("role") == role:
@@ -173,14 +213,14 @@ def _last_text(messages: list[dict[str, Any]], role: str) -> str:
     return ""
 
 
-def _tool_call_message(tool: dict[str, Any], expression: str, number: int) -> dict[str, Any]:
+def _tool_call_message(tool: dict[str, Any], expression: str, tag: str) -> dict[str, Any]:
     name = (tool.get("function") or {}).get("name") or tool.get("name") or "tool"
     return {
         "role": "assistant",
         "content": None,
         "tool_calls": [
             {
-                "id": f"call_{number}",
+                "id": f"call_{tag}",
                 "type": "function",
                 "function": {"name": name, "arguments": json.dumps({"expression": expression})},
             }

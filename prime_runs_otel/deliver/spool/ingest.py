@@ -94,12 +94,13 @@ class SpoolIngest(SpoolSize):
                 if batch.end is not None:
                     db.execute(
                         "UPDATE runs SET end_status = ?, end_error = ?, end_expected = ?, "
-                        "ended_at = ? WHERE local_id = ? AND end_status IS NULL",
+                        "ended_at = ?, end_summary = ? WHERE local_id = ? AND end_status IS NULL",
                         (
                             batch.end.status,
                             batch.end.error,
                             batch.end.episodes_recorded,
                             now,
+                            None if batch.end.summary is None else json.dumps(batch.end.summary),
                             local_id,
                         ),
                     )

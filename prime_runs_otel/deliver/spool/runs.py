@@ -47,6 +47,8 @@ class RunRow:
     failed: int
     last_error: str | None
     last_seen: float
+    #: The producer's own summary, which replaces the aggregated one.
+    end_summary: dict[str, Any] | None = None
 
     @property
     def closed(self) -> bool:
@@ -104,7 +106,7 @@ class SpoolRuns(SpoolCore):
         "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
         "create_state, create_started, sink, traces_written, end_status, end_error, "
         "end_expected, ended_at, close_state, summary_state, episodes, duplicates, corrupt, "
-        "rejected, uncertain, failed, last_error, last_seen"
+        "rejected, uncertain, failed, last_error, last_seen, end_summary"
     )
 
     def _run_from_row(self, row: tuple[Any, ...]) -> RunRow:
@@ -113,6 +115,7 @@ class SpoolRuns(SpoolCore):
             values[3] = RunIdentity.from_json(values[3])
             values[5] = json.loads(values[5]) if values[5] else None
             values[18] = json.loads(values[18])
+            values[27] = json.loads(values[27]) if values[27] else None
         except (ValueError, TypeError, RecursionError) as exc:
             raise self.damaged(f"run {values[0]!r} cannot be read back ({exc})") from None
         return RunRow(*values)

@@ -113,9 +113,13 @@ CREATE TABLE IF NOT EXISTS lease (
 #: Columns added after the first release, added in place to an older spool
 #: file so that an upgrade never needs the spool emptied first.
 ADDED_COLUMNS = {
-    # 1: the run's record bodies stay after delivery (a local run pushed,
-    # still to be read with `export`); 0: dropped once the platform has them.
-    "runs": (("keep_records", "INTEGER NOT NULL DEFAULT 0"),),
+    "runs": (
+        # 1: the run's record bodies stay after delivery (a local run pushed,
+        # still to be read with `export`); 0: dropped once the platform has them.
+        ("keep_records", "INTEGER NOT NULL DEFAULT 0"),
+        # The producer's own run summary (JSON), sent instead of the aggregated one.
+        ("end_summary", "TEXT"),
+    ),
     "episodes": (("step", "INTEGER"),),
     "producers": (("owner", "INTEGER NOT NULL DEFAULT 1"),),
     "uploads": (

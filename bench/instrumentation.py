@@ -1,0 +1,175 @@
+"""The prime_runs instrumentation against prime-runs itself, on the same eval.
+
+Each side runs in its own fresh subprocess against one fake platform on
+loopback, interleaved over rounds, and makes vf-eval's calls: ``init``, then
+``log_episodes([episode])`` for each finished verifiers ``Episode``, then
+``finish(metrics.from_episodes(...))``:
+
+- sdk:   prime-runs 0.1.4 as it is (queue on the caller's thread, upload on
+         its worker thread)
+- otel:  the same calls with ``PrimeRunsInstrumentor`` on
+         (``OTEL_TRACES_EXPORTER=prime_runs``): spans, exporter, spool and
+         uploader in the process
+
+Printed per side: the cost of ``log_episodes`` on the caller's thread (CPU
+per episode; wall time per call, p50 and p99), whole-process CPU per episode
+from ``init`` to the end of ``finish``, episodes per second, and what the
+platform stored; then ``name value unit`` lines.
+
+    python bench/instrumentation.py [--episodes 1000] [--rounds 3] [--size 8000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from in_process import machine, percentile
+
+CHILD_FLAG = "--child"
+
+
+def child_main(side: str, count: int, size: int, seed: int) -> None:
+    import prime_runs
+    from verifiers.v1 import WireEpisode
+
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
+
+    if side == "otel":
+        from prime_runs_otel.instrumentation.prime_runs import PrimeRunsInstrumentor
+
+        PrimeRunsInstrumentor().instrument()
+    # Episode objects, as vf-eval hands them over; built before measuring.
+    episodes = [
+        WireEpisode.model_validate(record)
+        for record in synthetic_episodes(count, seed=seed, target_bytes=size)
+    ]
+    call_wall: list[float] = []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    run = prime_runs.init(
+        mode="online",
+        name=f"bench-{side}",
+        model="bench/model",
+        environments=["bench-env"],
+        framework="verifiers",
+    )
+    caller_cpu = 0.0
+    for episode in episodes:
+        started, thread_cpu = time.perf_counter(), time.thread_time()
+        run.log_episodes([episode])
+        caller_cpu += time.thread_time() - thread_cpu
+        call_wall.append(time.perf_counter() - started)
+    run.finish(prime_runs.metrics.from_episodes(episodes), timeout=600)
+    print(
+        json.dumps(
+            {
+                "cpu": time.process_time() - cpu0,
+                "wall": time.perf_counter() - wall0,
+                "caller_cpu": caller_cpu,
+                "call_wall_ms": [1000 * value for value in call_wall],
+                "run_id": run.id,
+                "errors": list(run.errors),
+                "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            }
+        )
+    )
+
+
+def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as spool:
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                CHILD_FLAG,
+                side,
+                str(args.episodes),
+                str(args.size),
+                str(seed),
+            ],
+            env={**env, "PRIME_RUNS_OTEL_DIR": spool},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"{side} run failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def summarize(fake: Any, samples: list[dict[str, Any]], episodes: int) -> dict[str, float]:
+    calls = [value for sample in samples for value in sample["call_wall_ms"]]
+    mean = statistics.mean
+    return {
+        "log_episodes_cpu_ms_per_episode": mean(1000 * s["caller_cpu"] / episodes for s in samples),
+        "log_episodes_wall_p50_ms": percentile(calls, 0.5),
+        "log_episodes_wall_p99_ms": percentile(calls, 0.99),
+        "process_cpu_ms_per_episode": mean(1000 * s["cpu"] / episodes for s in samples),
+        "episodes_per_s": mean(episodes / s["wall"] for s in samples),
+        "stored_per_run": mean(len(fake.episodes(s["run_id"])) for s in samples),
+        "peak_rss_mb": max(s["maxrss_kb"] for s in samples) / 1024,
+    }
+
+
+UNITS = {"episodes_per_s": "episodes/s", "peak_rss_mb": "MiB", "stored_per_run": "episodes"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", type=int, default=8000, help="bytes per episode record")
+    args = parser.parse_args()
+
+    from prime_runs_otel.testing import FakePlatform
+
+    print(machine())
+    print(f"work: {args.episodes} episodes of ~{args.size} bytes, {args.rounds} interleaved rounds")
+    with FakePlatform() as fake:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))},
+            **fake.client_env(),
+        }
+        results: dict[str, list[dict[str, Any]]] = {"otel": [], "sdk": []}
+        for round_number in range(args.rounds):
+            for side in ("otel", "sdk") if round_number % 2 == 0 else ("sdk", "otel"):
+                sample = run_side(side, args, env, seed=round_number)
+                if sample["errors"]:
+                    raise SystemExit(f"{side} run reported errors: {sample['errors']}")
+                results[side].append(sample)
+                print(f"  round {round_number + 1}: {side} done", file=sys.stderr)
+        figures = {
+            side: summarize(fake, samples, args.episodes) for side, samples in results.items()
+        }
+
+    names = list(figures["otel"])
+    print(f"\n{'figure':<34} {'otel':>12} {'sdk':>12} {'otel/sdk':>9}")
+    for name in names:
+        ours, theirs = figures["otel"][name], figures["sdk"][name]
+        ratio = ours / theirs if theirs else float("nan")
+        print(f"{name:<34} {ours:>12.3f} {theirs:>12.3f} {ratio:>9.2f}")
+    print()
+    for side in ("otel", "sdk"):
+        for name in names:
+            unit = UNITS.get(name, "ms")
+            print(f"instrumentation.{side}.{name} {figures[side][name]:.4f} {unit}")
+    for name in names:
+        theirs = figures["sdk"][name]
+        if theirs:
+            print(f"instrumentation.ratio.{name} {figures['otel'][name] / theirs:.3f} x")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
+        child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        main()
