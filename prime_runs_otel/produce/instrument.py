@@ -43,6 +43,7 @@ __all__ = [
     "emit_run_start",
     "episode_span",
     "normalize_config",
+    "prepare_episode",
     "record_episode",
     "run_resource",
     "score_episode",
@@ -504,26 +505,52 @@ def record_episode(
     return episode_id
 
 
+def prepare_episode(episode: Any) -> tuple[str, Any]:
+    """The episode's id and what to hand to :func:`record_episode` later,
+    after the checks that cost next to nothing.
+
+    ``Run.record_episode`` calls this on the caller's thread and leaves the
+    encoding to its producer thread, so a wrong argument is still refused
+    where it was passed. A verifiers ``Episode`` is handed over as it is (its
+    ``to_record()`` runs on the producer thread); an object with
+    ``to_record()`` but no string ``id`` is converted here, to learn its id.
+    """
+    if type(episode) is dict or isinstance(episode, Mapping):
+        episode_id = episode.get("id")
+        if not isinstance(episode_id, str) or not episode_id:
+            raise RecordError(_NO_ID.format(episode_id))
+        if not isinstance(episode.get("traces"), list):
+            raise RecordError(_NO_TRACES.format(episode_id))
+        return episode_id, episode
+    if callable(getattr(episode, "to_record", None)):
+        episode_id = getattr(episode, "id", None)
+        if isinstance(episode_id, str) and episode_id:
+            return episode_id, episode
+        record = _as_record(episode)
+        return str(record["id"]), record
+    raise RecordError(_NOT_AN_EPISODE.format(type(episode).__name__))
+
+
+_NO_ID = "an episode record needs a non-empty string 'id' (Episode.to_record() has one); got {!r}"
+_NO_TRACES = (
+    "episode {!r} has no 'traces' list; pass Episode.to_record() "
+    "or a dict with 'traces': [...] (an empty list is fine)"
+)
+_NOT_AN_EPISODE = "expected a verifiers Episode or its record (a dict), got {}"
+
+
 def _as_record(episode: Any) -> dict[str, Any]:
     to_record = getattr(episode, "to_record", None)
     record = to_record() if callable(to_record) else episode
     if not isinstance(record, Mapping):
-        raise RecordError(
-            f"expected a verifiers Episode or its record (a dict), got {type(record).__name__}"
-        )
+        raise RecordError(_NOT_AN_EPISODE.format(type(record).__name__))
     if not isinstance(record, dict):
         record = dict(record)
     episode_id = record.get("id")
     if not isinstance(episode_id, str) or not episode_id:
-        raise RecordError(
-            "an episode record needs a non-empty string 'id' (Episode.to_record() has one); "
-            f"got {episode_id!r}"
-        )
+        raise RecordError(_NO_ID.format(episode_id))
     if not isinstance(record.get("traces"), list):
-        raise RecordError(
-            f"episode {episode_id!r} has no 'traces' list; pass Episode.to_record() "
-            "or a dict with 'traces': [...] (an empty list is fine)"
-        )
+        raise RecordError(_NO_TRACES.format(episode_id))
     return record
 
 
