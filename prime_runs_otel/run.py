@@ -290,9 +290,10 @@ class Run:
                 raise RunFinishedError(
                     f"run {self.id} is finished; start a new run to record more episodes"
                 )
-            self._recorded += 1
-            # Under the lock, so finish() cannot drain between the count and the put.
+            # Under the lock, so finish() cannot drain between the put and the
+            # count; counted once it is in (a put interrupted by Ctrl-C is not).
             self._handoff.put((payload, episode_id, self.child_spans))
+            self._recorded += 1
         return episode_id
 
     def _produce(self, item: tuple[Any, str, bool]) -> None:
