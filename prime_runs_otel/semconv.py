@@ -91,6 +91,9 @@ RUN_ERROR: Final = "prime.run.error"
 #: How many episodes this producer recorded, so a consumer behind a collector
 #: can wait for stragglers still in flight before finalizing the run.
 RUN_EPISODES_RECORDED: Final = "prime.run.episodes_recorded"
+#: Episodes handed to the producer whose record could not be encoded (not in
+#: ``episodes_recorded``): never sent, but counted on the run.
+RUN_EPISODES_UNENCODABLE: Final = "prime.run.episodes_unencodable"
 
 # --------------------------------------------------------------------------
 # Metrics span: one training step's metrics (``Run.log_metrics``). A span

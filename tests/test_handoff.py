@@ -100,6 +100,26 @@ def test_order_is_kept_across_thousands_and_the_run_ends_after_them() -> None:
     assert sum(name.startswith("episode ") for name in names) == 3000
 
 
+def test_an_episode_is_a_child_of_the_span_current_where_it_was_recorded() -> None:
+    listener = InMemorySpanExporter()
+    run = pro.start_run(environments=["env-a"], child_spans=False)
+    run.tracer_provider.add_span_processor(SimpleSpanProcessor(listener))
+    with run.tracer.start_as_current_span("outer") as outer:
+        run.record_episode(synthetic_episode(0))
+    run.record_episode(synthetic_episode(1))
+    run.finish(timeout=60)
+
+    episodes = {
+        span.attributes["prime.episode.id"]: span
+        for span in listener.get_finished_spans()
+        if span.name.startswith("episode ")
+    }
+    inside, outside = episodes[synthetic_episode(0)["id"]], episodes[synthetic_episode(1)["id"]]
+    assert inside.parent is not None
+    assert inside.parent.span_id == outer.get_span_context().span_id
+    assert outside.parent is None
+
+
 def test_a_slow_exporter_makes_the_caller_wait_and_nothing_is_dropped() -> None:
     slow = GatedExporter()
     run = pro.start_run(environments=["env-a"], child_spans=False)
@@ -155,6 +175,15 @@ def test_an_unencodable_episode_is_counted_and_named_not_raised(
     stored, end = _stored(run.id)
     assert stored == [episode["id"] for episode in good]
     assert end == ("completed", 3, "closed")
+    shown = subprocess.run(
+        [sys.executable, "-m", "prime_runs_otel.cli", "show", run.id, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        env=dict(os.environ),
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["unencodable"] == 1
 
 
 def test_what_is_cheap_to_check_still_raises_on_the_callers_thread() -> None:

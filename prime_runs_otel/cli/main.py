@@ -286,6 +286,7 @@ def _run_json(spool: Spool, run: RunRow) -> dict[str, Any]:
         "duplicates": run.duplicates,
         "corrupt": run.corrupt,
         "rejected": run.rejected,
+        "unencodable": run.unencodable,
         "uncertain": run.uncertain,
         "failed": run.failed,
         "last_error": run.last_error,

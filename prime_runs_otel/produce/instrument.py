@@ -279,11 +279,14 @@ def emit_run_end(
     error: str | None = None,
     *,
     episodes_recorded: int | None = None,
+    episodes_unencodable: int = 0,
 ) -> None:
     """Close the run with its terminal status.
 
     ``episodes_recorded`` lets a consumer that sees spans out of order (behind
-    a collector) wait for episodes still in flight before it finalizes.
+    a collector) wait for episodes still in flight before it finalizes;
+    ``episodes_unencodable`` counts those left out because their record could
+    not be encoded, so the run's record says so.
     """
     if status not in sc.RUN_STATUSES:
         raise ValueError(f"status={status!r} is not one of {', '.join(sc.RUN_STATUSES)}")
@@ -292,6 +295,8 @@ def emit_run_end(
         attributes[sc.RUN_ERROR] = error
     if episodes_recorded is not None:
         attributes[sc.RUN_EPISODES_RECORDED] = int(episodes_recorded)
+    if episodes_unencodable:
+        attributes[sc.RUN_EPISODES_UNENCODABLE] = int(episodes_unencodable)
     # What a tracing backend shows for the run's end: its kind, and the outcome.
     attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OPENINFERENCE_CHAIN
     outcome = status if episodes_recorded is None else f"{status}, {episodes_recorded} episode(s)"

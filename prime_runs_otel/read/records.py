@@ -108,6 +108,7 @@ class RunEnd:
     status: str
     error: str | None
     episodes_recorded: int | None
+    episodes_unencodable: int = 0
 
 
 @dataclass(frozen=True)
@@ -367,7 +368,13 @@ def _read_run_end(attributes: Mapping[str, Any]) -> RunEnd:
         )
         status = "failed"
     count = _whole_number(attributes.get(sc.RUN_EPISODES_RECORDED))
-    return RunEnd(status=str(status), error=error, episodes_recorded=count)
+    unencodable = _whole_number(attributes.get(sc.RUN_EPISODES_UNENCODABLE)) or 0
+    return RunEnd(
+        status=str(status),
+        error=error,
+        episodes_recorded=count,
+        episodes_unencodable=unencodable,
+    )
 
 
 def _joined_chunks(value: Any, key: str) -> str:

@@ -47,6 +47,8 @@ class RunRow:
     failed: int
     last_error: str | None
     last_seen: float
+    #: Episodes the producer could not encode (reported with the run's end).
+    unencodable: int = 0
 
     @property
     def closed(self) -> bool:
@@ -97,7 +99,7 @@ class SpoolRuns(SpoolCore):
         "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
         "create_state, create_started, sink, traces_written, end_status, end_error, "
         "end_expected, ended_at, close_state, summary_state, episodes, duplicates, corrupt, "
-        "rejected, uncertain, failed, last_error, last_seen"
+        "rejected, uncertain, failed, last_error, last_seen, unencodable"
     )
 
     def _run_from_row(self, row: tuple[Any, ...]) -> RunRow:

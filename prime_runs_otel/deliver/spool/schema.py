@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
     duplicates INTEGER NOT NULL DEFAULT 0,
     corrupt INTEGER NOT NULL DEFAULT 0,
     rejected INTEGER NOT NULL DEFAULT 0,
+    unencodable INTEGER NOT NULL DEFAULT 0,
     uncertain INTEGER NOT NULL DEFAULT 0,
     failed INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
@@ -113,6 +114,7 @@ CREATE TABLE IF NOT EXISTS lease (
 #: Columns added after the first release, added in place to an older spool
 #: file so that an upgrade never needs the spool emptied first.
 ADDED_COLUMNS = {
+    "runs": (("unencodable", "INTEGER NOT NULL DEFAULT 0"),),
     "episodes": (("step", "INTEGER"),),
     "producers": (("owner", "INTEGER NOT NULL DEFAULT 1"),),
     "uploads": (
