@@ -315,11 +315,14 @@ class Run:
         time.sleep(0)
         token = otel_context.attach(current)
         try:
+            # Nobody but the run reads the episode span's summary attributes
+            # when nobody else listens, just as for the child spans.
             record_episode(
                 self._tracer,
                 payload,
                 capture_content=self._capture_content,
                 child_spans=child_spans,
+                summary_attributes=child_spans,
             )
         finally:
             otel_context.detach(token)

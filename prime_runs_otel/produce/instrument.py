@@ -458,6 +458,7 @@ def record_episode(
     *,
     capture_content: bool | None = None,
     child_spans: bool = True,
+    summary_attributes: bool = True,
 ) -> str:
     """Emit one finished episode as a span tree and return its id.
 
@@ -471,6 +472,10 @@ def record_episode(
     child spans on, the episode span also gets what those backends read
     (OpenInference's span kind, and with content capture the first prompt and
     the final completion as ``input.value``/``output.value``).
+    ``summary_attributes=False`` leaves out, for the same reason, the
+    episode span's summary (reward, ok, tokens, errors, its status): the
+    span keeps only ``prime.episode.id`` and the record with its size and
+    digest.
     """
     record = _as_record(episode)
     try:
@@ -497,12 +502,15 @@ def record_episode(
             for item, trace_window in zip(traces, trace_windows, strict=True):
                 agent = _mapping(item)
                 _emit_agent(tracer, parent, agent, _fill(trace_window, window), capture)
-        attributes, error = _episode_attributes(record, traces)
-        if child_spans:
-            _put_backend_view(attributes, record, traces, capture[0])
-        span.set_attributes(attributes)
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error))
+        if summary_attributes:
+            attributes, error = _episode_attributes(record, traces)
+            if child_spans:
+                _put_backend_view(attributes, record, traces, capture[0])
+            span.set_attributes(attributes)
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, error))
+        else:
+            span.set_attribute(sc.EPISODE_ID, record["id"])
         _set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
     finally:
         span.end(end_time=window[1])
