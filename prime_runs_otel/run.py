@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import logging
 import os
 import threading
@@ -398,6 +399,7 @@ class Run:
         # A forked child only flushes what it recorded: the run goes on in the
         # parent, so it is reported as running, and not as a problem.
         result = self._result(status if self._owns_lifecycle else "running", budget)
+        result = dataclasses.replace(result, unencodable=self._unencodable)
         self._provider.shutdown()
         self.result = result
         settled = result.closed and not result.pending
@@ -408,40 +410,16 @@ class Run:
     def _result(self, status: str, budget: float) -> RunResult:
         settings = self.settings
         if settings.mode == "disabled":
-            emitted = self._recorded - self._unencodable
+            recorded = self._recorded - self._unencodable
             return RunResult(
-                self.id,
-                status,
-                True,
-                "disabled",
-                None,
-                None,
-                emitted,
-                0,
-                0,
-                0,
-                0,
-                "",
-                unencodable=self._unencodable,
+                self.id, status, True, "disabled", None, None, recorded, 0, 0, 0, 0, ""
             )
         run = self._exporter.wait_closed(self.id, budget) if self._owns_lifecycle else None
         spool = self._exporter.spool
         run = run or spool.run(self.id)
         if run is None:
             return RunResult(
-                self.id,
-                status,
-                False,
-                settings.mode,
-                None,
-                None,
-                0,
-                0,
-                0,
-                0,
-                0,
-                str(spool.path),
-                unencodable=self._unencodable,
+                self.id, status, False, settings.mode, None, None, 0, 0, 0, 0, 0, str(spool.path)
             )
         return RunResult(
             local_id=self.id,
@@ -459,7 +437,6 @@ class Run:
             corrupt=run.corrupt,
             spool_path=str(spool.path),
             error=run.last_error,
-            unencodable=self._unencodable,
         )
 
     def __enter__(self) -> Run:
