@@ -105,7 +105,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(_color(f"error: {error}", "31", sys.stderr), file=sys.stderr)
     result = run.finish("completed", timeout=args.timeout)
     _print_result(result, bad_lines=len(errors), as_json=args.json)
-    delivered = result.closed and not (result.pending or result.failed or result.uncertain)
+    delivered = result.closed and not (
+        result.pending or result.failed or result.uncertain or result.unencodable
+    )
     return EXIT_OK if delivered and not errors else EXIT_INCOMPLETE
 
 
@@ -131,6 +133,7 @@ def _print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = Fals
     print(
         f"episodes:  {result.episodes} stored, {result.pending} pending, "
         f"{result.failed} failed, {result.uncertain} uncertain, {result.corrupt} corrupt"
+        + (f", {result.unencodable} unencodable" if result.unencodable else "")
         + (f", {bad_lines} bad line(s)" if bad_lines else "")
     )
     print(f"spool:     {result.spool_path}")
