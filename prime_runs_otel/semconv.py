@@ -97,6 +97,10 @@ RUN_EPISODES_RECORDED: Final = "prime.run.episodes_recorded"
 #: this attribute the summary is aggregated, as ``metrics.from_episodes``.
 RUN_SUMMARY: Final = "prime.run.summary"
 
+#: Episodes handed to the producer whose record could not be encoded (not in
+#: ``episodes_recorded``): never sent, but counted on the run.
+RUN_EPISODES_UNENCODABLE: Final = "prime.run.episodes_unencodable"
+
 # --------------------------------------------------------------------------
 # Metrics span: one training step's metrics (``Run.log_metrics``). A span
 # rather than an OpenTelemetry metric because a step row is one event with a

@@ -392,6 +392,25 @@ def test_only_the_episode_span_means_something_to_the_consumer(pipeline: Pipelin
     assert meanings.count(None) == 5
 
 
+def test_without_summary_attributes_the_episode_span_carries_its_id_and_record(
+    pipeline: Pipeline,
+) -> None:
+    failed = {**hand_record(), "ok": False}
+    record_episode(pipeline.tracer, failed, child_spans=False, summary_attributes=False)
+    (span,) = pipeline.spans()
+
+    assert set(span.attributes or {}) == {
+        sc.EPISODE_ID,
+        sc.EPISODE_RECORD,
+        sc.blob_size_key(sc.EPISODE_RECORD),
+        sc.blob_sha256_key(sc.EPISODE_RECORD),
+    }
+    assert span.status.status_code is StatusCode.UNSET
+    (arrival,) = pipeline.arrivals()
+    assert isinstance(arrival, EpisodeArrival)
+    assert arrival.record == failed
+
+
 def test_a_verifiers_episode_object_is_recorded_through_to_record(
     pipeline: Pipeline, verifiers_episode: Any
 ) -> None:

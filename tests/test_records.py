@@ -7,6 +7,7 @@ did not know about, a lost chunk, an evicted attribute).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -413,3 +414,25 @@ def test_span_view_of_a_readable_span(pipeline: Pipeline) -> None:
     assert 0 < view.start_ns <= view.end_ns
     assert parent_view.parent_span_id is None
     assert parent_view.status_error is False and parent_view.status_message is None
+
+
+def test_the_digest_is_checked_where_a_record_crossed_a_process_boundary() -> None:
+    """A span read from the SDK that made it skips the hash (only a length
+    limit can have touched it, and the size catches that); the same
+    attributes arriving from elsewhere are hashed, and a wrong digest shows."""
+    limited = Pipeline(SpanLimits(max_span_attribute_length=512))
+    try:
+        record = synthetic_episode(7, target_bytes=4_000)
+        record_episode(limited.tracer, record)
+        view = limited.episode_view()
+    finally:
+        limited.provider.shutdown()
+    assert view.in_process
+    wrong = {**view.attributes, RECORD_SHA256: "0" * 64}
+    shortened = {**view.attributes, sc.EPISODE_RECORD: view.attributes[sc.EPISODE_RECORD][:-1]}
+
+    assert isinstance(read_span(dataclasses.replace(view, attributes=wrong)), EpisodeArrival)
+    travelled = read_span(with_attributes(view, wrong))
+    assert isinstance(travelled, CorruptEpisode) and "SHA-256" in travelled.reason
+    truncated = read_span(dataclasses.replace(view, attributes=shortened))
+    assert isinstance(truncated, CorruptEpisode) and "truncated" in truncated.reason

@@ -114,7 +114,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     timeout = DEFAULT_REPLAY_TIMEOUT if args.timeout is None else args.timeout
     result = run.finish("completed", timeout=timeout)
     print_result(result, bad_lines=len(errors), as_json=args.json)
-    delivered = result.closed and not (result.pending or result.failed or result.uncertain)
+    delivered = result.closed and not (
+        result.pending or result.failed or result.uncertain or result.unencodable
+    )
     return EXIT_OK if delivered and not errors else EXIT_INCOMPLETE
 
 
@@ -159,6 +161,7 @@ def result_view(result: RunResult) -> dict[str, Any]:
         "failed": result.failed,
         "uncertain": result.uncertain,
         "corrupt": result.corrupt,
+        "unencodable": result.unencodable,
     }
 
 
@@ -175,6 +178,7 @@ def print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = False
     print(
         f"episodes:  {result.episodes} stored, {result.pending} pending, "
         f"{result.failed} failed, {result.uncertain} uncertain, {result.corrupt} corrupt"
+        + (f", {result.unencodable} unencodable" if result.unencodable else "")
         + (f", {bad_lines} bad line(s)" if bad_lines else "")
     )
     print(f"spool:     {result.spool_path}")

@@ -105,6 +105,7 @@ def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
         "rejected": run.rejected,
         "uncertain": run.uncertain,
         "corrupt": run.corrupt,
+        "unencodable": run.unencodable,
         "duplicates": run.duplicates,
         "error": run.end_error,
         "last_error": run.last_error,

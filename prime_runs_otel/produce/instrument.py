@@ -43,6 +43,7 @@ __all__ = [
     "emit_run_start",
     "episode_span",
     "normalize_config",
+    "prepare_episode",
     "record_episode",
     "run_resource",
     "score_episode",
@@ -279,6 +280,7 @@ def emit_run_end(
     *,
     episodes_recorded: int | None = None,
     summary: Mapping[str, Any] | None = None,
+    episodes_unencodable: int = 0,
 ) -> None:
     """Close the run with its terminal status.
 
@@ -286,6 +288,8 @@ def emit_run_end(
     a collector) wait for episodes still in flight before it finalizes.
     ``summary`` is the run's summary as the producer wants it shown; left
     out, the consumer aggregates one from the episodes.
+    ``episodes_unencodable`` counts those left out because their record could
+    not be encoded, so the run's record says so.
     """
     if status not in sc.RUN_STATUSES:
         raise ValueError(f"status={status!r} is not one of {', '.join(sc.RUN_STATUSES)}")
@@ -294,6 +298,8 @@ def emit_run_end(
         attributes[sc.RUN_ERROR] = error
     if episodes_recorded is not None:
         attributes[sc.RUN_EPISODES_RECORDED] = int(episodes_recorded)
+    if episodes_unencodable:
+        attributes[sc.RUN_EPISODES_UNENCODABLE] = int(episodes_unencodable)
     # What a tracing backend shows for the run's end: its kind, and the outcome.
     attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OPENINFERENCE_CHAIN
     outcome = status if episodes_recorded is None else f"{status}, {episodes_recorded} episode(s)"
@@ -468,6 +474,7 @@ def record_episode(
     *,
     capture_content: bool | None = None,
     child_spans: bool = True,
+    summary_attributes: bool = True,
 ) -> str:
     """Emit one finished episode as a span tree and return its id.
 
@@ -481,6 +488,10 @@ def record_episode(
     child spans on, the episode span also gets what those backends read
     (OpenInference's span kind, and with content capture the first prompt and
     the final completion as ``input.value``/``output.value``).
+    ``summary_attributes=False`` leaves out, for the same reason, the
+    episode span's summary (reward, ok, tokens, errors, its status): the
+    span keeps only ``prime.episode.id`` and the record with its size and
+    digest.
     """
     record = _as_record(episode)
     try:
@@ -507,12 +518,15 @@ def record_episode(
             for item, trace_window in zip(traces, trace_windows, strict=True):
                 agent = _mapping(item)
                 _emit_agent(tracer, parent, agent, _fill(trace_window, window), capture)
-        attributes, error = _episode_attributes(record, traces)
-        if child_spans:
-            _put_backend_view(attributes, record, traces, capture[0])
-        span.set_attributes(attributes)
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error))
+        if summary_attributes:
+            attributes, error = _episode_attributes(record, traces)
+            if child_spans:
+                _put_backend_view(attributes, record, traces, capture[0])
+            span.set_attributes(attributes)
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, error))
+        else:
+            span.set_attribute(sc.EPISODE_ID, record["id"])
         _set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
     finally:
         span.end(end_time=window[1])
@@ -520,26 +534,52 @@ def record_episode(
     return episode_id
 
 
+def prepare_episode(episode: Any) -> tuple[str, Any]:
+    """The episode's id and what to hand to :func:`record_episode` later,
+    after the checks that cost next to nothing.
+
+    ``Run.record_episode`` calls this on the caller's thread and leaves the
+    encoding to its producer thread, so a wrong argument is still refused
+    where it was passed. A verifiers ``Episode`` is handed over as it is (its
+    ``to_record()`` runs on the producer thread); an object with
+    ``to_record()`` but no string ``id`` is converted here, to learn its id.
+    """
+    if type(episode) is dict or isinstance(episode, Mapping):
+        episode_id = episode.get("id")
+        if not isinstance(episode_id, str) or not episode_id:
+            raise RecordError(_NO_ID.format(episode_id))
+        if not isinstance(episode.get("traces"), list):
+            raise RecordError(_NO_TRACES.format(episode_id))
+        return episode_id, episode
+    if callable(getattr(episode, "to_record", None)):
+        episode_id = getattr(episode, "id", None)
+        if isinstance(episode_id, str) and episode_id:
+            return episode_id, episode
+        record = _as_record(episode)
+        return str(record["id"]), record
+    raise RecordError(_NOT_AN_EPISODE.format(type(episode).__name__))
+
+
+_NO_ID = "an episode record needs a non-empty string 'id' (Episode.to_record() has one); got {!r}"
+_NO_TRACES = (
+    "episode {!r} has no 'traces' list; pass Episode.to_record() "
+    "or a dict with 'traces': [...] (an empty list is fine)"
+)
+_NOT_AN_EPISODE = "expected a verifiers Episode or its record (a dict), got {}"
+
+
 def _as_record(episode: Any) -> dict[str, Any]:
     to_record = getattr(episode, "to_record", None)
     record = to_record() if callable(to_record) else episode
     if not isinstance(record, Mapping):
-        raise RecordError(
-            f"expected a verifiers Episode or its record (a dict), got {type(record).__name__}"
-        )
+        raise RecordError(_NOT_AN_EPISODE.format(type(record).__name__))
     if not isinstance(record, dict):
         record = dict(record)
     episode_id = record.get("id")
     if not isinstance(episode_id, str) or not episode_id:
-        raise RecordError(
-            "an episode record needs a non-empty string 'id' (Episode.to_record() has one); "
-            f"got {episode_id!r}"
-        )
+        raise RecordError(_NO_ID.format(episode_id))
     if not isinstance(record.get("traces"), list):
-        raise RecordError(
-            f"episode {episode_id!r} has no 'traces' list; pass Episode.to_record() "
-            "or a dict with 'traces': [...] (an empty list is fine)"
-        )
+        raise RecordError(_NO_TRACES.format(episode_id))
     return record
 
 

@@ -37,7 +37,10 @@ class SpanView:
     ``attributes`` and ``resource`` hold OpenTelemetry attribute values
     (str, bool, int, float, or sequences of one of those). Ids are the
     integers OpenTelemetry uses; ``parent_span_id`` is ``None`` for a root.
-    ``events`` are in the order the span recorded them.
+    ``events`` are in the order the span recorded them. ``in_process`` is
+    true for a span read straight from the SDK that made it: its attributes
+    never crossed a process boundary, so only an attribute limit (which
+    shortens, and is caught by a blob's size) can have changed them.
     """
 
     name: str
@@ -51,6 +54,7 @@ class SpanView:
     status_error: bool
     status_message: str | None
     events: tuple[SpanEventView, ...] = ()
+    in_process: bool = False
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -79,6 +83,7 @@ def from_readable_span(span: ReadableSpan) -> SpanView:
         status_error=status.status_code is StatusCode.ERROR,
         status_message=status.description,
         events=_event_views(events) if events else (),
+        in_process=True,
     )
 
 

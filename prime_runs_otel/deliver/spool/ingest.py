@@ -94,11 +94,13 @@ class SpoolIngest(SpoolSize):
                 if batch.end is not None:
                     db.execute(
                         "UPDATE runs SET end_status = ?, end_error = ?, end_expected = ?, "
-                        "ended_at = ?, end_summary = ? WHERE local_id = ? AND end_status IS NULL",
+                        "unencodable = ?, ended_at = ?, end_summary = ? "
+                        "WHERE local_id = ? AND end_status IS NULL",
                         (
                             batch.end.status,
                             batch.end.error,
                             batch.end.episodes_recorded,
+                            batch.end.episodes_unencodable,
                             now,
                             None if batch.end.summary is None else json.dumps(batch.end.summary),
                             local_id,

@@ -49,6 +49,8 @@ class RunRow:
     last_seen: float
     #: The producer's own summary, which replaces the aggregated one.
     end_summary: dict[str, Any] | None = None
+    #: Episodes the producer could not encode (reported with the run's end).
+    unencodable: int = 0
 
     @property
     def closed(self) -> bool:
@@ -106,7 +108,7 @@ class SpoolRuns(SpoolCore):
         "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
         "create_state, create_started, sink, traces_written, end_status, end_error, "
         "end_expected, ended_at, close_state, summary_state, episodes, duplicates, corrupt, "
-        "rejected, uncertain, failed, last_error, last_seen, end_summary"
+        "rejected, uncertain, failed, last_error, last_seen, end_summary, unencodable"
     )
 
     def _run_from_row(self, row: tuple[Any, ...]) -> RunRow:

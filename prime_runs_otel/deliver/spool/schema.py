@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
     duplicates INTEGER NOT NULL DEFAULT 0,
     corrupt INTEGER NOT NULL DEFAULT 0,
     rejected INTEGER NOT NULL DEFAULT 0,
+    unencodable INTEGER NOT NULL DEFAULT 0,
     uncertain INTEGER NOT NULL DEFAULT 0,
     failed INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
@@ -119,6 +120,8 @@ ADDED_COLUMNS = {
         ("keep_records", "INTEGER NOT NULL DEFAULT 0"),
         # The producer's own run summary (JSON), sent instead of the aggregated one.
         ("end_summary", "TEXT"),
+        # Episodes the producer could not encode (reported with the run's end).
+        ("unencodable", "INTEGER NOT NULL DEFAULT 0"),
     ),
     "episodes": (("step", "INTEGER"),),
     "producers": (("owner", "INTEGER NOT NULL DEFAULT 1"),),
