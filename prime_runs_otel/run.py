@@ -471,6 +471,7 @@ class Run:
         has the run, or refused it for good; a local run is there at once.
         For callers that must hand out the platform's run id before the first
         episode, as prime-runs' ``init()`` does."""
+        self._handoff.drain()
         self._provider.force_flush()
         if self.settings.mode == "online":
             self._exporter.wait_registered(self.id, timeout)
@@ -479,6 +480,7 @@ class Run:
     def wait_delivered(self, timeout: float) -> bool:
         """Flush the run's spans and wait (up to ``timeout``) until the
         platform has confirmed everything recorded so far."""
+        self._handoff.drain()  # episodes handed over become spans first
         self._provider.force_flush()
         if self.settings.mode != "online":
             return True

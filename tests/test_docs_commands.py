@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 #: Commands that start a long-running server on fixed ports shared with the
 #: machine; `serve` is exercised on free ports in test_receiver.py.
-NOT_RUN_HERE = ("prime-runs-otel serve",)
+#: serve listens on fixed ports; `run -- vf-eval my-taskset` names a taskset
+#: the reader brings (tests/test_vf_eval.py runs it on one of its own).
+NOT_RUN_HERE = ("prime-runs-otel serve", "prime-runs-otel run --")
 
 
 def shell_lines(document: Path) -> list[str]:

@@ -499,7 +499,8 @@ def test_runs_prints_hostile_names_escaped(store_with_hostile_run: Path) -> None
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout
     assert len(done.stdout.strip().splitlines()) == 2  # the header and one run
-    assert "run\\x1b[31m\\x0aforged" in done.stdout
+    # `runs` shows the first 12 characters of an id, escaped.
+    assert "run\\x1b[31m\\x0afor" in done.stdout
 
 
 # -- serve as a process: bodies, readiness, stopping --------------------------------------

@@ -468,12 +468,12 @@ def test_a_killed_process_leaves_the_run_crashed_not_running(online: FakePlatfor
     sdk_id, otel_id = ids
     assert online.run(sdk_id).status == "RUNNING"
     pushed = subprocess.run(
-        [sys.executable, "-m", "prime_runs_otel.cli", "push"],
+        [sys.executable, "-m", "prime_runs_otel.cli", "push", otel_id],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert pushed.returncode == 0, pushed.stderr
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     assert online.run(otel_id).status == "FAILED"
     assert (online.run(otel_id).error_message or "").startswith("crashed")
     assert len(online.episodes(otel_id)) == 4

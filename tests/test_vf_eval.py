@@ -337,7 +337,7 @@ def test_an_interrupted_eval_ends_as_with_push_or_better(
         return
     assert online.run(ids["sdk"]).status == "RUNNING"
     pushed = subprocess.run(
-        [str(BIN / "prime-runs-otel"), "push"],
+        [str(BIN / "prime-runs-otel"), "push", "--all"],
         env=vf_eval_env(online, {}),
         capture_output=True,
         text=True,

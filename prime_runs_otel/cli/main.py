@@ -108,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         "opentelemetry-instrument with OTEL_TRACES_EXPORTER=prime_runs, without "
         "opentelemetry-distro. COMMAND's exit code is passed through.",
     )
-    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    run.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the command to run, after --, with its own arguments",
+    )
     run.set_defaults(func=cmd_run)
 
     fake = commands.add_parser(

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .._json import loads as fast_loads
+from .._text import one_line
 from ..config import Settings, resolve_settings
 from ..deliver.advice import next_step
 from ..deliver.spool import RunRow, Spool
@@ -221,8 +222,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for row in rows:
         view = run_view(spool, row)
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.created_at))
+        name = one_line((row.name or "-")[:28])
         print(
-            f"{row.local_id[:12]:<12}  {(row.name or '-')[:28]:<28} {row.kind:<5} "
+            f"{one_line(row.local_id[:12]):<12}  {name:<28} {row.kind:<5} "
             f"{view['status']:<9} {view['state']:<10} {row.episodes:>8} {view['pending']:>7} "
             f"{view['not_pushed']:>10}  {created}"
         )
@@ -294,7 +296,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
     view = run_view(spool, run)
 
     def line(label: str, text: str) -> None:
-        print(f"{label:<11} {text}", file=stream)
+        print(f"{label:<11} {one_line(str(text))}", file=stream)
 
     line("run", f"{run.local_id}" + (f"  ({run.name})" if run.name else ""))
     identity = run.identity
@@ -452,7 +454,8 @@ def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
 def why_unpushable(run: RunRow, environments: Sequence[str]) -> str | None:
     """Why this run cannot go to the platform as it is, with what to do instead."""
     short = run.local_id[:12]
-    if run.episodes == 0 and run.kind == "eval":
+    # A run the platform already has still needs closing, episodes or not.
+    if run.episodes == 0 and run.kind == "eval" and run.platform_id is None:
         return f"it holds no episodes; remove it with `prime-runs-otel rm {short}`"
     if run.kind == "eval" and not (environments or run.identity.environments):
         return (
@@ -570,9 +573,13 @@ def _print_dry_run(
     if not ready and not skipped:
         print("nothing to push: every run in the spool is on the platform")
     for row in ready:
-        print(f"would push {row.local_id[:12]}  {row.name or '-'}  ({row.episodes} episode(s))")
+        print(
+            one_line(
+                f"would push {row.local_id[:12]}  {row.name or '-'}  ({row.episodes} episode(s))"
+            )
+        )
     for row, reason in skipped:
-        print(f"cannot push {row.local_id[:12]}  {row.name or '-'}: {reason}")
+        print(one_line(f"cannot push {row.local_id[:12]}  {row.name or '-'}: {reason}"))
     return EXIT_OK
 
 
@@ -607,7 +614,7 @@ def _report(
         if view["next_step"]:
             print(f"  {color('stopped', '31')}: {row.last_error}\n  next: {view['next_step']}")
     for row, reason in skipped:
-        print(f"{row.local_id[:12]}: not pushed: {reason}")
+        print(one_line(f"{row.local_id[:12]}: not pushed: {reason}"))
 
 
 # -- rm and prune -------------------------------------------------------------------
