@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from .. import __version__
 from .._text import configure_logging
 from ..errors import PrimeRunsOtelError
+from .arguments import port_number
 from .output import color, error, install_pipe_safe_stdout
 from .replay import EXIT_INTERRUPTED, add_replay_commands
 from .serve import add_serve_command
@@ -121,21 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fake.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
     fake.add_argument(
-        "--port", type=_port_or_zero, default=0, help="port to listen on (default: any free one)"
+        "--port", type=port_number, default=0, help="port to listen on (default: any free one)"
     )
     fake.add_argument("--api-key", default="test-key", help="the key it accepts (default test-key)")
     fake.set_defaults(func=cmd_fake_platform)
     return parser
-
-
-def _port_or_zero(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port: use 1-65535 (0: any free one)")
-    return port
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,12 +23,12 @@ from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
 from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
 from ..run import Run, RunResult, start_run
+from .arguments import non_negative_float
 from .output import Progress, color, command_name, error, print_json
 from .store import (
     EXIT_INCOMPLETE,
     EXIT_OK,
     json_option,
-    non_negative_float,
     print_show,
     run_view,
     spool_option,

@@ -53,6 +53,7 @@ from ..produce.instrument import (
     run_resource,
 )
 from ..produce.traces_jsonl import environments_of, read_records, traces_file
+from .arguments import non_negative_float, port_number, positive_float, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -107,20 +108,20 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-body-mib",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_MAX_BODY_BYTES / MiB,
         help="largest request accepted, after decompression (default: %(default)g)",
     )
     parser.add_argument(
         "--idle-timeout",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=DEFAULT_IDLE_TIMEOUT,
         help="seconds without spans after which a run with no end span is closed as "
         "crashed (default: %(default)g)",
     )
     parser.add_argument(
         "--shutdown-grace",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=DEFAULT_SHUTDOWN_GRACE,
         help="seconds in-flight requests get to finish on SIGTERM (default: %(default)g)",
     )
@@ -139,71 +140,26 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--settle-seconds",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=DEFAULT_SETTLE_SECONDS,
         help="how long an episode span without a record waits for the rest of its span "
         "tree before its record is synthesised (default: %(default)g)",
     )
     parser.add_argument(
         "--max-held-spans",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_MAX_HELD_SPANS,
         help="spans held in memory while span trees complete (default: %(default)d)",
     )
     parser.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_WORKERS,
         help="requests decoded and committed at once (default: %(default)d)",
     )
     parser.add_argument(
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
     )
-
-
-def port_number(text: str) -> int:
-    """A TCP port: 1-65535, or 0 for any free one (never silently something else)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port: use 1-65535 (0: any free one)")
-    return port
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

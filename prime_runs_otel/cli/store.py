@@ -29,6 +29,7 @@ from ..deliver.spool import RunRow, Spool
 from ..deliver.uploader import Uploader, run_summary
 from ..errors import PrimeRunsOtelError
 from ..read.projection import TraceScores, episode_sample_rows, summary_trace_index, traces_line
+from .arguments import non_negative_float, positive_int
 from .output import Progress, color, human_bytes, print_json, stdout_gone
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
@@ -150,26 +151,6 @@ def parse_since(text: str) -> float:
     raise argparse.ArgumentTypeError(
         f"{text!r} is neither an age (7d, 12h) nor a date (2026-01-31 or 2026-01-31T12:00)"
     )
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number, 0 or more")
-    return value
 
 
 # -- runs ---------------------------------------------------------------------------
