@@ -23,10 +23,23 @@ import orjson
 
 def loads(data: bytes | str) -> Any:
     """Parse JSON; ``ValueError`` when it is not JSON."""
+    return parse(data)[0]
+
+
+def parse(data: bytes | str) -> tuple[Any, bool]:
+    """Parse JSON, and say whether orjson did (``ValueError`` when it is not JSON).
+
+    What orjson parses has plain scalars by construction: it refuses lone
+    surrogates, and reads integers beyond 64 bits as floats. The standard
+    library, which takes over for the ``NaN`` and ``Infinity`` tokens, keeps
+    both, so what it parsed still needs every value looked at
+    (:func:`prime_runs_otel.read.limits.check_json_value`).
+    """
     try:
-        return orjson.loads(data)
+        return orjson.loads(data), True
     except orjson.JSONDecodeError:
-        return json.loads(data)  # NaN/Infinity tokens, or a real error with its position
+        # NaN/Infinity tokens, or a real error with its position
+        return json.loads(data), False
 
 
 def parsed_if_json(value: Any) -> Any:
@@ -63,7 +76,14 @@ _RECORD_OPTIONS = (
 
 
 def dumps_record(record: Mapping[str, Any]) -> bytes:
-    """An episode record as compact UTF-8 JSON, as fast as it can be done faithfully.
+    """An episode record as compact UTF-8 JSON (see :func:`encode_record`)."""
+    return encode_record(record)[0]
+
+
+def encode_record(record: Mapping[str, Any]) -> tuple[bytes, bool]:
+    """An episode record as compact UTF-8 JSON, as fast as it can be done
+    faithfully, and whether orjson wrote it (then, as for :func:`parse`, its
+    scalars are plain: orjson refuses surrogates and integers beyond 64 bits).
 
     orjson is six times faster than the standard library here, but it writes
     NaN and infinity as ``null``. Every reader of the record but one cleans
@@ -78,10 +98,11 @@ def dumps_record(record: Mapping[str, Any]) -> bytes:
     """
     if _summary_numbers_finite(record):
         try:
-            return orjson.dumps(record, option=_RECORD_OPTIONS)
+            return orjson.dumps(record, option=_RECORD_OPTIONS), True
         except orjson.JSONEncodeError:
             pass
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=True).encode()
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return text.encode(), False
 
 
 def _summary_numbers_finite(record: Mapping[str, Any]) -> bool:

@@ -24,13 +24,14 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanContext
 
 from . import semconv
 from .config import Settings, cut_resource_attributes, env_flag, resolve_settings
 from .deliver.spool import RunRow, Spool, process_alive, this_producer
 from .deliver.uploader import Uploader
 from .read.ingest import Grouped, group_by_run
-from .read.records import RunIdentity, run_identity
+from .read.records import CorruptEpisode, EpisodeArrival, RunIdentity, run_identity
 from .read.spans import from_readable_span
 from .read.synthesis import SpanTreeBuffer
 
@@ -90,6 +91,9 @@ class PrimeRunsSpanExporter(SpanExporter):
         self._uploader: Uploader | None = None
         self._seen: set[str] = set()
         self._seen_lock = threading.Lock()
+        # Episodes handed over in this process, by (trace id, span id), until
+        # their span reaches export(). Single dict operations need no lock.
+        self._handed: dict[tuple[int, int], EpisodeArrival | CorruptEpisode] = {}
         self._is_shutdown = False
         self._owner_pid = os.getpid()
         self.unattributed = 0
@@ -121,12 +125,41 @@ class PrimeRunsSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         with self._trees_lock:
             grouped = group_by_run(
-                (from_readable_span(span) for span in spans),
+                (from_readable_span(span, self._take_handed(span)) for span in spans),
                 trees=self._trees,
                 fallback=self._fallback_identity,
             )
             self._report_unclaimed()
         return self._commit(grouped, len(spans))
+
+    # -- episodes handed over in this process ------------------------------
+
+    def hand_over(self, context: SpanContext, episode: EpisodeArrival | CorruptEpisode) -> None:
+        """Take the episode of a span that is still to end, straight from the
+        producer in this process (``record_episode(hand_over=...)``).
+
+        For a run whose only span processor is this exporter's: the span then
+        carries no record, and the record that ``export()`` would otherwise
+        join, parse and check again arrives here read already. It waits for
+        its span, and is committed with it.
+        """
+        if self._disabled or self._is_shutdown:
+            return
+        self._handed[(context.trace_id, context.span_id)] = episode
+
+    def _take_handed(self, span: ReadableSpan) -> EpisodeArrival | CorruptEpisode | None:
+        if not self._handed:
+            return None
+        context = span.context
+        if context is None:
+            return None
+        return self._handed.pop((context.trace_id, context.span_id), None)
+
+    @property
+    def episodes_waiting_for_spans(self) -> int:
+        """Handed-over episodes whose span has not reached ``export()``:
+        after a run's spans are flushed, each one is a span the SDK dropped."""
+        return len(self._handed)
 
     def _fallback_identity(self, resource: Any) -> RunIdentity | None:
         """The run of episodes whose Resource names none: one per service and
@@ -196,6 +229,8 @@ class PrimeRunsSpanExporter(SpanExporter):
         with self._seen_lock:
             self._seen.update(batch.identity.local_id for batch in grouped.batches)
         if self._uploader is not None:
+            if outcome.lines:
+                self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
         return SpanExportResult.FAILURE if outcome.rejected else SpanExportResult.SUCCESS
 
@@ -220,6 +255,13 @@ class PrimeRunsSpanExporter(SpanExporter):
         if self._is_shutdown:
             return
         self._is_shutdown = True
+        if self._handed:
+            logger.warning(
+                "%d episode(s) handed over in this process never had their span exported (the "
+                "span processor dropped them: was it shut down first?); they are lost",
+                len(self._handed),
+            )
+            self._handed.clear()
         if self._spool is None or os.getpid() != self._owner_pid:
             # A forked child: its episodes are committed, and delivering and
             # closing the runs is the parent's business.
@@ -387,3 +429,4 @@ def _renew_locks(reference: weakref.ref[PrimeRunsSpanExporter]) -> None:
     if exporter is not None:
         exporter._seen_lock = threading.Lock()
         exporter._trees_lock = threading.Lock()
+        exporter._handed = {}  # the parent's spans; none of them is exported here

@@ -22,6 +22,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanContext
 
 from .config import Settings, env_flag, resolve_settings
 from .deliver.advice import next_step
@@ -38,6 +39,7 @@ from .produce.instrument import (
     run_resource,
 )
 from .read.projection import parquet_available
+from .read.records import read_record
 from .tracing import TracingExporter
 
 logger = logging.getLogger(__name__)
@@ -362,16 +364,36 @@ class Run:
         token = otel_context.attach(current)
         try:
             # Nobody but the run reads the episode span's summary attributes
-            # when nobody else listens, just as for the child spans.
+            # when nobody else listens, just as for the child spans; and then
+            # the record goes to the exporter directly, read already.
             record_episode(
                 self._tracer,
                 payload,
                 capture_content=self._capture_content,
                 child_spans=child_spans,
                 summary_attributes=child_spans,
+                hand_over=self._hand_over if self._exporter_alone else None,
             )
         finally:
             otel_context.detach(token)
+
+    @property
+    def _exporter_alone(self) -> bool:
+        """Whether the run's exporter is the only reader of its spans."""
+        provider = self._provider
+        return isinstance(provider, RunTracerProvider) and provider.processors_added == 1
+
+    def _hand_over(
+        self, context: SpanContext, record: dict[str, Any], raw: bytes, plain_scalars: bool
+    ) -> None:
+        # A run bound for Prime Traces gets its lines built here, from the
+        # record at hand, instead of from the stored bytes at upload.
+        settings = self.settings
+        uploads_lines = settings.mode == "online" and not settings.traces_opt_out
+        episode = read_record(
+            record, raw, plain_scalars=plain_scalars, line_for=self.kind if uploads_lines else None
+        )
+        self._exporter.hand_over(context, episode)
 
     def _unencodable_episode(self, item: _Handed, exc: BaseException) -> None:
         self._unencodable += 1

@@ -141,6 +141,10 @@ EPISODE_ERROR_MESSAGE: Final = "prime.episode.error.message"
 RUN_STEP: Final = "prime.run.step"
 #: Blob holding the native episode record, the canonical form.
 EPISODE_RECORD: Final = "prime.episode.record"
+#: Set (``True``) instead of the record on an episode span whose record went
+#: straight to the exporter of the process that made it: nobody else reads the
+#: span, and the record is never joined, parsed and checked a second time.
+EPISODE_RECORD_IN_PROCESS: Final = "prime.episode.record.in_process"
 
 # --------------------------------------------------------------------------
 # Episodes without a record: a span tree from another instrumentation

@@ -37,9 +37,11 @@ from ..read.projection import (
     batch_sample_rows,
     encode_samples_body,
     episode_sample_rows,
+    line_from_template,
     traces_line,
 )
 from .lifecycle import close_run, mark_created
+from .lines import LineCache
 from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
 from .platform.http import PlatformClient, PlatformError
 from .platform.rft import RftAPI
@@ -149,6 +151,9 @@ class Uploader:
         self._rft: RftAPI | None = None
         self._lifecycle: TrainingLifecycle | None = None
         self._lock = threading.Lock()
+        #: Prime Traces lines the exporter in this process got built with
+        #: the episodes it stored, so they need not be parsed again here.
+        self.lines = LineCache()
 
     @property
     def _owner(self) -> str:
@@ -584,6 +589,7 @@ class Uploader:
         else:
             if run.sink == "traces":
                 self._spool.update_run(run.local_id, sink="samples")
+                self.lines.clear()
             if run.kind == "train":
                 self._training().deliver_step_tables(run, episodes)
             else:
@@ -596,13 +602,17 @@ class Uploader:
         seqs: list[int] = []
         for episode in episodes:
             time.sleep(0)  # let a waiting export() have the GIL: see Run.record_episode
-            try:
-                line = traces_line(
-                    fast_loads(episode.record), run.platform_id, run.kind, step=episode.step
-                )
-            except Exception as exc:  # a stored record is outside input too
-                self._refuse(run, episode, exc)
-                continue
+            template = self.lines.take(episode.seq)
+            if template is not None:
+                line = line_from_template(template, run.platform_id)
+            else:
+                try:
+                    line = traces_line(
+                        fast_loads(episode.record), run.platform_id, run.kind, step=episode.step
+                    )
+                except Exception as exc:  # a stored record is outside input too
+                    self._refuse(run, episode, exc)
+                    continue
             if len(line) - 1 > MAX_TRACES_LINE_BYTES:
                 self._spool.fail_episodes(
                     run.local_id,
@@ -634,6 +644,7 @@ class Uploader:
                     run.local_id,
                 )
                 self._spool.abandon_traces_uploads(run.local_id, sink="samples")
+                self.lines.clear()
                 return
             if exc.retryable:
                 raise Backoff(exc) from exc

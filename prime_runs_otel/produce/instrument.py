@@ -20,17 +20,17 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from .. import semconv as sc
-from .._json import clean_metric_values, dumps_record, parsed_if_json
+from .._json import clean_metric_values, encode_record, parsed_if_json
 from ..errors import ConfigError, RecordError
 
 __all__ = [
@@ -83,6 +83,9 @@ _EMPTY: Mapping[str, Any] = {}
 
 Attributes = dict[str, Any]
 Window = tuple[int, int]
+#: ``hand_over(span context, record, its JSON, whether orjson wrote it)``:
+#: see :func:`record_episode`.
+HandOver = Callable[[SpanContext, dict[str, Any], bytes, bool], None]
 
 
 # ---------------------------------------------------------------------------
@@ -475,6 +478,7 @@ def record_episode(
     capture_content: bool | None = None,
     child_spans: bool = True,
     summary_attributes: bool = True,
+    hand_over: HandOver | None = None,
 ) -> str:
     """Emit one finished episode as a span tree and return its id.
 
@@ -492,10 +496,16 @@ def record_episode(
     episode span's summary (reward, ok, tokens, errors, its status): the
     span keeps only ``prime.episode.id`` and the record with its size and
     digest.
+    ``hand_over`` takes the record instead of the span: it is called with the
+    span's context, the record, its JSON and whether orjson wrote that JSON,
+    before the span ends. It is for an exporter in this process that is the
+    span's only reader: the span then carries ``prime.episode.record.in_process``
+    and no record, and the record is not chunked, hashed, joined and parsed
+    again on its way to that exporter.
     """
     record = _as_record(episode)
     try:
-        data = dumps_record(record)
+        data, plain_scalars = encode_record(record)
     except (TypeError, ValueError) as exc:
         raise RecordError(
             f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
@@ -527,7 +537,11 @@ def record_episode(
                 span.set_status(Status(StatusCode.ERROR, error))
         else:
             span.set_attribute(sc.EPISODE_ID, record["id"])
-        _set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
+        if hand_over is None:
+            _set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
+        else:
+            span.set_attribute(sc.EPISODE_RECORD_IN_PROCESS, True)
+            hand_over(span.get_span_context(), record, data, plain_scalars)
     finally:
         span.end(end_time=window[1])
     episode_id: str = record["id"]

@@ -54,13 +54,22 @@ def whole_number(value: Any) -> int | None:
     return None
 
 
-def check_json_value(value: Any, what: str, raw: bytes | None = None) -> None:
+def check_json_value(
+    value: Any, what: str, raw: bytes | None = None, *, plain_scalars: bool = False
+) -> None:
     """Refuse a parsed JSON value that a later stage could not handle.
 
     ``raw`` is the text it was parsed from: when it holds no ``\\uD8xx``
     escape the value cannot hold a lone surrogate (the bytes were checked as
     UTF-8 already), so strings are not scanned one by one.
+    ``plain_scalars`` says orjson parsed or wrote the value
+    (:func:`prime_runs_otel._json.parse`), which vouches for every scalar in
+    it: only the nesting is left to check, at less than half the cost.
     """
+    if plain_scalars:
+        if _deeper_than(value, MAX_NESTING):
+            raise _too_deep(what)
+        return
     scan = raw is None or _ESCAPED_SURROGATE.search(raw) is not None
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -85,6 +94,24 @@ def check_json_value(value: Any, what: str, raw: bytes | None = None) -> None:
                     _check_scalar(member, what, scan)
         else:
             _check_scalar(item, what, scan)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest more than ``limit`` deep in ``value``
+    (tuples count as arrays: a record handed over in process may hold them)."""
+    if not isinstance(value, (dict, list, tuple)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    push, pop = stack.append, stack.pop
+    while stack:
+        item, depth = pop()
+        for member in item.values() if isinstance(item, dict) else item:
+            kind = type(member)
+            if kind is dict or kind is list or kind is tuple:
+                if depth >= limit:
+                    return True
+                push((member, depth + 1))
+    return False
 
 
 def _check_scalar(value: Any, what: str, scan: bool) -> None:

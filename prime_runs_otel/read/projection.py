@@ -40,6 +40,7 @@ __all__ = [
     "encode_sample_batches",
     "encode_samples_body",
     "episode_sample_rows",
+    "line_from_template",
     "parquet_available",
     "require_parquet",
     "rollout_key",
@@ -48,6 +49,7 @@ __all__ = [
     "step_table_rows",
     "summary_trace_index",
     "traces_line",
+    "traces_line_template",
 ]
 
 #: The platform's ceiling on one ``POST /evaluations/{id}/samples`` request body.
@@ -415,6 +417,37 @@ def traces_line(
     if encoded is None:
         _, encoded = _encode_finite(stamped)
     return encoded + b"\n"
+
+
+#: What a line template holds where the platform's run id goes: a string no
+#: honest record holds whole (a template whose record does hold it is not made).
+RUN_ID_PLACEHOLDER = "\x00prime-run-id\x00"
+_PLACEHOLDER_JSON = b'"\\u0000prime-run-id\\u0000"'
+
+
+def traces_line_template(
+    record: Mapping[str, Any], run_type: str, *, step: int | None = None
+) -> bytes | None:
+    """The record's Prime Traces line before the platform has named the run:
+    :func:`traces_line` with :data:`RUN_ID_PLACEHOLDER` for the run id, for
+    :func:`line_from_template` to fill in at delivery. ``None`` when the
+    record holds the placeholder itself, or needs the slow encoder.
+
+    The producer has the record parsed when it hands it over; building its
+    line there spares the uploader parsing the stored record a second time.
+    """
+    members = record.get("traces")
+    runs = 1 + (sum(isinstance(m, Mapping) for m in members) if isinstance(members, list) else 0)
+    stamped = stamp_run(record, RUN_ID_PLACEHOLDER, run_type, step=step)
+    encoded = dumps_strict(stamped)
+    if encoded is None or encoded.count(_PLACEHOLDER_JSON) != runs:
+        return None
+    return encoded + b"\n"
+
+
+def line_from_template(template: bytes, run_id: str) -> bytes:
+    """The line :func:`traces_line` makes for ``run_id``, from its template."""
+    return template.replace(_PLACEHOLDER_JSON, dumps_strict(run_id) or json.dumps(run_id).encode())
 
 
 # --- the training step table (Parquet) ----------------------------------------------------

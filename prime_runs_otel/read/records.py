@@ -20,9 +20,10 @@ from typing import Any
 
 from .. import semconv as sc
 from .._json import loads as fast_loads
+from .._json import parse
 from ..errors import RecordError
 from .limits import check_json_value, whole_number
-from .projection import EpisodeDigest, digest_episode
+from .projection import EpisodeDigest, digest_episode, traces_line_template
 from .spans import SpanView
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "UnrecordedEpisode",
     "decode_blob",
     "derived_episode_id",
+    "read_record",
     "read_span",
     "record_step",
     "run_identity",
@@ -124,12 +126,16 @@ class EpisodeArrival:
     record itself is not kept (see :class:`EpisodeDigest`). ``step`` is the
     training step the episode is *training work* of (see
     :func:`record_step`); ``None`` for eval work and for eval runs.
+    ``line`` is the record's Prime Traces line with a placeholder for the
+    platform's run id, when whoever read the record built it
+    (:func:`~prime_runs_otel.read.projection.traces_line_template`).
     """
 
     episode_id: str
     raw: bytes
     digest: EpisodeDigest
     step: int | None = None
+    line: bytes | None = None
 
     @classmethod
     def of(cls, record: Mapping[str, Any], raw: bytes, step: int | None = None) -> EpisodeArrival:
@@ -230,6 +236,8 @@ def read_span(view: SpanView) -> SpanMeaning | None:
     needs is on the episode span's record, or is synthesised from the span
     tree under an :class:`UnrecordedEpisode`.
     """
+    if view.prepared is not None:
+        return view.prepared
     attributes = view.attributes
     if sc.EPISODE_ID in attributes or sc.EPISODE_EXAMPLE_ID in attributes:
         if _carries_record(attributes) or sc.EPISODE_EXAMPLE_ID not in attributes:
@@ -314,30 +322,69 @@ def _read_episode(
 ) -> EpisodeArrival | CorruptEpisode:
     raw_id = attributes.get(sc.EPISODE_ID)
     episode_id = raw_id if isinstance(raw_id, str) and raw_id else None
+    if attributes.get(sc.EPISODE_RECORD_IN_PROCESS) is True:
+        return CorruptEpisode(
+            episode_id,
+            "its record was handed straight to the exporter of the process that made it, "
+            "and only that exporter can read it: give the run another span processor "
+            "(run.add_exporter or the provider's add_span_processor) for spans that carry it",
+        )
     try:
         raw = decode_blob(attributes, sc.EPISODE_RECORD, verify_digest=verify_digest)
     except RecordError as exc:
         return CorruptEpisode(episode_id, str(exc))
     try:
-        record = fast_loads(raw)
+        record, plain_scalars = parse(raw)
     except (ValueError, RecursionError) as exc:
         return CorruptEpisode(episode_id, f"the episode record is not valid JSON: {exc}")
     if not isinstance(record, dict):
         return CorruptEpisode(episode_id, "the episode record is not a JSON object")
-    try:
-        check_json_value(record, "the episode record", raw)
-    except RecordError as exc:
-        return CorruptEpisode(episode_id, str(exc))
     if episode_id is None or record.get("id") != episode_id:
         return CorruptEpisode(
             episode_id,
             f"the record's id {record.get('id')!r} does not match the span's "
             f"{sc.EPISODE_ID}={raw_id!r}",
         )
+    return read_record(
+        record, raw, plain_scalars=plain_scalars, span_step=attributes.get(sc.RUN_STEP)
+    )
+
+
+def read_record(
+    record: dict[str, Any],
+    raw: bytes,
+    *,
+    plain_scalars: bool,
+    span_step: Any = None,
+    line_for: str | None = None,
+) -> EpisodeArrival | CorruptEpisode:
+    """An episode record as the spool takes it, or why it cannot be taken.
+
+    ``raw`` is the record serialised; ``plain_scalars`` says orjson parsed or
+    wrote it (see :func:`check_json_value`). The exporter's span path calls
+    this once it has the record parsed from the span; the producer calls it
+    directly when it hands a record to the exporter in its own process
+    (:attr:`SpanView.prepared`), which then parses nothing at all.
+    ``line_for`` (a run type) also builds the record's Prime Traces line
+    template, for a run that will upload it.
+    """
+    episode_id = str(record.get("id"))
     try:
-        return EpisodeArrival.of(record, raw, record_step(record, attributes.get(sc.RUN_STEP)))
+        check_json_value(record, "the episode record", raw, plain_scalars=plain_scalars)
+    except RecordError as exc:
+        return CorruptEpisode(episode_id, str(exc))
+    step = record_step(record, span_step)
+    try:
+        digest = digest_episode(record)
     except ValueError as exc:
         return CorruptEpisode(episode_id, f"the episode record is damaged: {exc}")
+    line = None
+    if line_for is not None:
+        try:
+            line = traces_line_template(record, line_for, step=step)
+        except Exception:  # only a shortcut: the uploader makes the line itself
+            logger.debug("no Prime Traces line template for episode %s", episode_id, exc_info=True)
+    return EpisodeArrival(episode_id, raw, digest, step, line)
 
 
 def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import StatusCode
+
+if TYPE_CHECKING:
+    from .records import CorruptEpisode, EpisodeArrival
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,9 @@ class SpanView:
     true for a span read straight from the SDK that made it: its attributes
     never crossed a process boundary, so only an attribute limit (which
     shortens, and is caught by a blob's size) can have changed them.
+    ``prepared`` is the episode the producer in this process already read
+    from the record it handed to its exporter directly, instead of putting
+    it on the span to be joined, parsed and checked again.
     """
 
     name: str
@@ -55,12 +61,15 @@ class SpanView:
     status_message: str | None
     events: tuple[SpanEventView, ...] = ()
     in_process: bool = False
+    prepared: EpisodeArrival | CorruptEpisode | None = None
 
 
 _EMPTY: Mapping[str, Any] = {}
 
 
-def from_readable_span(span: ReadableSpan) -> SpanView:
+def from_readable_span(
+    span: ReadableSpan, prepared: EpisodeArrival | CorruptEpisode | None = None
+) -> SpanView:
     """View an SDK span without copying its attributes.
 
     An ended span's attributes are immutable, so sharing them is safe and
@@ -84,6 +93,7 @@ def from_readable_span(span: ReadableSpan) -> SpanView:
         status_message=status.description,
         events=_event_views(events) if events else (),
         in_process=True,
+        prepared=prepared,
     )
 
 

@@ -26,6 +26,9 @@ class IngestOutcome:
     duplicates: int = 0
     corrupt: int = 0
     rejected: int = 0
+    #: ``(seq, line template)`` of the stored episodes that came with one
+    #: (``EpisodeArrival.line``), for the uploader's ``LineCache``.
+    lines: tuple[tuple[int, bytes], ...] = ()
 
 
 class SpoolIngest(SpoolSize):
@@ -57,6 +60,7 @@ class SpoolIngest(SpoolSize):
         size = self.size_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
+        lines: list[tuple[int, bytes]] = []
         with self._transaction() as db:
             for batch in batches:
                 local_id = batch.identity.local_id
@@ -69,7 +73,7 @@ class SpoolIngest(SpoolSize):
                         (json.dumps(batch.start.config), local_id),
                     )
                 added, refused, size = self._insert_episodes(
-                    db, local_id, batch.episodes, summary, size
+                    db, local_id, batch.episodes, summary, size, lines
                 )
                 stored += added
                 rejected += refused
@@ -108,7 +112,7 @@ class SpoolIngest(SpoolSize):
                     )
         self._warn_near_cap(size)
         self._report_refused(rejected)
-        return IngestOutcome(stored, duplicates, corrupt, rejected)
+        return IngestOutcome(stored, duplicates, corrupt, rejected, tuple(lines))
 
     def _insert_episodes(
         self,
@@ -117,9 +121,11 @@ class SpoolIngest(SpoolSize):
         episodes: Sequence[EpisodeArrival],
         summary: SummaryAccumulator,
         size: int,
+        lines: list[tuple[int, bytes]],
     ) -> tuple[int, int, int]:
         """Store the new episodes of one run from one batch; returns how many
-        were added and refused, and the spool's size after them.
+        were added and refused, and the spool's size after them. The line
+        templates of those stored go to ``lines`` under their ``seq``.
 
         A fixed handful of statements whatever the batch size, rather than a
         few per episode: Python's sqlite3 lets go of the GIL on every
@@ -165,6 +171,7 @@ class SpoolIngest(SpoolSize):
         ):
             seqs.update(found)
         _insert_rows(db, "records (seq, body)", [(seqs[e.episode_id], e.raw) for e in fresh])
+        lines.extend((seqs[e.episode_id], e.line) for e in fresh if e.line is not None)
         for episode in fresh:
             summary.add_digest(episode.digest)
         return len(fresh), refused, size

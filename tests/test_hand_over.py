@@ -1,0 +1,349 @@
+"""A run whose exporter is the only reader of its spans hands each record to
+that exporter directly: the episode span carries the episode's id and
+``prime.episode.record.in_process`` instead of the record, and the record
+reaches the spool read once, by the producer.
+
+The oracle is the span path itself: the same episodes, recorded by a run that
+somebody else also listens to (so the record travels on the span and the
+exporter joins, parses and checks it), must leave the same spool behind,
+byte for byte, refusals included.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext
+
+import prime_runs_otel as pro
+from prime_runs_otel import semconv as sc
+from prime_runs_otel._json import dumps_record, parse
+from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.deliver.lines import LineCache
+from prime_runs_otel.errors import RecordError
+from prime_runs_otel.exporter import PrimeRunsSpanExporter
+from prime_runs_otel.produce.instrument import record_episode
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.limits import MAX_NESTING, check_json_value
+from prime_runs_otel.read.projection import (
+    RUN_ID_PLACEHOLDER,
+    line_from_template,
+    traces_line,
+    traces_line_template,
+)
+from prime_runs_otel.read.records import CorruptEpisode, EpisodeArrival, read_span
+from prime_runs_otel.read.spans import from_readable_span
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _episodes() -> list[dict[str, Any]]:
+    """Honest episodes, and the ones each reader must refuse or keep alike:
+    a NaN metric (the standard library writes it), an integer beyond what a
+    float holds (refused), nesting past the limit (refused), nesting just
+    under it (kept), and a reward that is not a number (damaged)."""
+    episodes = list(synthetic_episodes(12, seed=7))
+    odd = list(synthetic_episodes(5, seed=8))
+    odd[0]["id"], odd[0]["traces"][0]["metrics"] = "nan-metric", {"loss": math.nan}
+    odd[1]["id"], odd[1]["info"] = "huge-int", {"big": 10**400}
+    odd[2]["id"], odd[2]["info"] = "too-deep", {"deep": _nested(MAX_NESTING + 5)}
+    odd[3]["id"], odd[3]["info"] = "deep-enough", {"deep": _nested(MAX_NESTING - 5)}
+    odd[4]["id"] = "bad-reward"
+    odd[4]["traces"][0]["rewards"] = {"correct": {"score": "high", "weight": 1.0}}
+    return episodes[:6] + odd + episodes[6:]
+
+
+def _spooled(local_id: str) -> tuple[list[tuple[str, bytes]], tuple[Any, ...]]:
+    """The run's stored records (id, exact bytes) in order, and its counts and summary."""
+    db = sqlite3.connect(resolve_settings().spool_path)
+    try:
+        rows = db.execute(
+            "SELECT e.episode_id, COALESCE(e.record, r.body) FROM episodes e "
+            "LEFT JOIN records r ON r.seq = e.seq WHERE e.run_id = ? ORDER BY e.seq",
+            (local_id,),
+        ).fetchall()
+        counts = db.execute(
+            "SELECT episodes, corrupt, summary_state FROM runs WHERE local_id = ?", (local_id,)
+        ).fetchone()
+    finally:
+        db.close()
+    return [(episode_id, bytes(body)) for episode_id, body in rows], tuple(counts)
+
+
+def _record_all(run: pro.Run, episodes: list[dict[str, Any]]) -> pro.RunResult:
+    for episode in episodes:
+        run.record_episode(episode)
+    return run.finish()
+
+
+def test_handed_over_records_are_stored_exactly_as_the_span_path_stores_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    episodes = _episodes()
+    handed: list[str] = []
+    hand_over = PrimeRunsSpanExporter.hand_over
+
+    def counted(self: PrimeRunsSpanExporter, context: SpanContext, episode: Any) -> None:
+        handed.append(episode.episode_id)
+        hand_over(self, context, episode)
+
+    monkeypatch.setattr(PrimeRunsSpanExporter, "hand_over", counted)
+
+    alone = pro.start_run(name="alone", run_id="hand-over-alone")
+    watched = pro.start_run(name="watched", run_id="hand-over-watched")
+    listener = InMemorySpanExporter()
+    watched.tracer_provider.add_span_processor(SimpleSpanProcessor(listener))
+    alone_result = _record_all(alone, episodes)
+    watched_result = _record_all(watched, episodes)
+
+    # Every episode of the run nobody else listens to was handed over, none
+    # of the other's.
+    assert handed == [e["id"] for e in episodes]
+    alone_rows, alone_counts = _spooled(alone.id)
+    watched_rows, watched_counts = _spooled(watched.id)
+    assert alone_rows == watched_rows
+    assert alone_counts == watched_counts
+    assert (alone_result.episodes, alone_result.corrupt) == (
+        watched_result.episodes,
+        watched_result.corrupt,
+    )
+    stored = dict(alone_rows)
+    assert set(stored) == {e["id"] for e in episodes} - {"huge-int", "too-deep", "bad-reward"}
+    assert alone_result.corrupt == 3
+    # The bytes the producer wrote, NaN and all, not a re-encoding.
+    (nan_metric,) = (e for e in episodes if e["id"] == "nan-metric")
+    assert stored["nan-metric"] == dumps_record(nan_metric)
+    assert b"NaN" in stored["nan-metric"]
+    # The watched run's listener saw each record on its span.
+    spans = [
+        s for s in listener.get_finished_spans() if s.attributes and sc.EPISODE_ID in s.attributes
+    ]
+    assert spans and all(sc.EPISODE_RECORD in (s.attributes or {}) for s in spans)
+
+
+def test_the_span_of_a_handed_over_record_carries_its_id_and_no_record() -> None:
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    handed: list[tuple[SpanContext, dict[str, Any], bytes, bool]] = []
+    record = next(synthetic_episodes(1, seed=3))
+
+    record_episode(
+        provider.get_tracer("test"),
+        record,
+        child_spans=False,
+        summary_attributes=False,
+        hand_over=lambda *args: handed.append(args),
+    )
+
+    (span,) = memory.get_finished_spans()
+    assert dict(span.attributes or {}) == {
+        sc.EPISODE_ID: record["id"],
+        sc.EPISODE_RECORD_IN_PROCESS: True,
+    }
+    ((context, given, raw, plain),) = handed
+    assert (context.trace_id, context.span_id) == (span.context.trace_id, span.context.span_id)
+    assert given is record and raw == dumps_record(record) and plain is True
+
+
+def test_a_span_whose_record_was_handed_to_another_exporter_is_a_loss_with_its_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Such a span reaching any exporter but the one it was handed to (a
+    processor added by reaching into the provider's internals, say) is
+    counted as a damaged episode that says why, never stored empty."""
+    provider = TracerProvider(resource=pro.run_resource(run_id="handed-elsewhere"))
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    record = next(synthetic_episodes(1, seed=4))
+    record_episode(
+        provider.get_tracer("test"),
+        record,
+        child_spans=False,
+        summary_attributes=False,
+        hand_over=lambda *args: None,
+    )
+    (span,) = memory.get_finished_spans()
+
+    item = read_span(from_readable_span(span))
+    assert isinstance(item, CorruptEpisode)
+    assert item.episode_id == record["id"]
+    assert "handed straight to the exporter" in item.reason
+
+    exporter = PrimeRunsSpanExporter(deliver=False, shutdown_timeout=0.0)
+    with caplog.at_level(logging.WARNING):
+        exporter.export([span])
+    run = exporter.spool.run("handed-elsewhere")
+    assert run is not None and (run.episodes, run.corrupt) == (0, 1)
+    exporter.shutdown()
+
+
+def test_episodes_whose_spans_never_reach_the_exporter_are_reported_at_shutdown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exporter = PrimeRunsSpanExporter(deliver=False, shutdown_timeout=0.0)
+    record = next(synthetic_episodes(1, seed=5))
+    raw = dumps_record(record)
+    context = SpanContext(trace_id=1, span_id=2, is_remote=False)
+    exporter.hand_over(context, EpisodeArrival.of(record, raw))
+    assert exporter.episodes_waiting_for_spans == 1
+    with caplog.at_level(logging.WARNING):
+        exporter.shutdown()
+    assert "1 episode(s) handed over in this process never had their span exported" in caplog.text
+    assert exporter.episodes_waiting_for_spans == 0
+
+
+# -- the nesting-only check for what orjson parsed or wrote -------------------------------
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+
+
+def _deep_values() -> st.SearchStrategy[Any]:
+    base = st.recursive(
+        _json_scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+        ),
+        max_leaves=20,
+    )
+    return st.tuples(base, st.integers(min_value=0, max_value=MAX_NESTING + 3)).map(
+        lambda pair: _wrap(pair[0], pair[1])
+    )
+
+
+def _wrap(value: Any, depth: int) -> Any:
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def _refusal(value: Any, **kwargs: Any) -> str | None:
+    try:
+        check_json_value(value, "the value", **kwargs)
+    except RecordError as exc:
+        return str(exc)
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(_deep_values())
+def test_the_nesting_only_check_agrees_with_the_full_check_on_what_orjson_parsed(
+    value: Any,
+) -> None:
+    """orjson vouches for the scalars it parses, so checking only the nesting
+    refuses exactly what the full check refuses."""
+    text = json.dumps(value)
+    try:
+        parsed, by_orjson = parse(text.encode())
+    except RecursionError:
+        return  # deeper than any parser here goes: refused before any check
+    assert by_orjson
+    raw = orjson.dumps(parsed) if parsed is not None else b"null"
+    assert _refusal(parsed, plain_scalars=True) == _refusal(parsed, raw=raw)
+
+
+# -- Prime Traces lines built at the hand-over -------------------------------------------
+
+
+def test_lines_built_at_the_hand_over_are_the_lines_the_uploader_makes(
+    online: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An online run's uploader fills the run id into lines the producer
+    built, and falls back to parsing the stored record for one it could not
+    build (a record holding the placeholder itself): the platform stores
+    exactly what ``traces_line`` makes of each stored record."""
+    taken: list[bool] = []
+    take = LineCache.take
+
+    def counted(self: LineCache, seq: int) -> bytes | None:
+        template = take(self, seq)
+        taken.append(template is not None)
+        return template
+
+    monkeypatch.setattr(LineCache, "take", counted)
+    episodes = list(synthetic_episodes(30, seed=11))
+    episodes[4]["info"] = {"note": RUN_ID_PLACEHOLDER}
+
+    run = pro.start_run(name="lines", run_id="hand-over-lines", environments=["env-a"])
+    result = _record_all(run, episodes)
+
+    assert result.closed and result.episodes == 30
+    assert result.platform_id is not None
+    expected = [json.loads(traces_line(e, result.platform_id, "eval")) for e in episodes]
+    assert online.episodes(result.platform_id) == expected
+    assert taken.count(True) == 29 and taken.count(False) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["info", "run", "answer", "x"]),
+        st.recursive(
+            _json_scalars | st.just(RUN_ID_PLACEHOLDER),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+            ),
+            max_leaves=12,
+        ),
+    ),
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.dictionaries(st.sampled_from(["run", "id", "rewards"]), _json_scalars, max_size=3),
+        ),
+        max_size=3,
+    ),
+    st.sampled_from(["eval", "train"]),
+    st.none() | st.integers(min_value=0, max_value=10**6),
+)
+def test_a_line_template_fills_in_to_the_line_itself(
+    fields: dict[str, Any], traces: list[Any], kind: str, step: int | None
+) -> None:
+    record = {"id": "e", **fields, "traces": traces}
+    template = traces_line_template(record, kind, step=step)
+    if template is None:
+        return
+    for run_id in ("run-1", 'odd "id" \\ \u00e9'):
+        assert line_from_template(template, run_id) == traces_line(record, run_id, kind, step=step)
+
+
+def test_a_record_holding_the_placeholder_gets_no_template() -> None:
+    record = next(synthetic_episodes(1, seed=12))
+    assert traces_line_template(record, "eval") is not None
+    record["traces"][0]["id"] = RUN_ID_PLACEHOLDER
+    assert traces_line_template(record, "eval") is None
+
+
+def test_the_line_cache_keeps_what_fits_and_forgets_what_it_gives() -> None:
+    cache = LineCache(max_bytes=10)
+    cache.keep([(1, b"abcd"), (2, b"efgh"), (3, b"ijkl"), (4, b"m")])
+    assert (len(cache), cache.size_bytes) == (2, 8)  # the third did not fit: nothing after it
+    assert cache.take(1) == b"abcd" and cache.take(1) is None
+    cache.keep([(3, b"ijkl")])
+    cache.discard([2, 99])
+    assert (len(cache), cache.size_bytes) == (1, 4)
+    cache.clear()
+    assert (len(cache), cache.size_bytes) == (0, 0)
