@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanContext
 
 from . import semconv
+from ._courtesy import ExportRunning
 from .config import Settings, cut_resource_attributes, env_flag, resolve_settings
 from .deliver.spool import RunRow, Spool, process_alive, this_producer
 from .deliver.uploader import Uploader
@@ -94,6 +95,9 @@ class PrimeRunsSpanExporter(SpanExporter):
         # Episodes handed over in this process, by (trace id, span id), until
         # their span reaches export(). Single dict operations need no lock.
         self._handed: dict[tuple[int, int], EpisodeArrival | CorruptEpisode] = {}
+        #: Up while export() runs: the run's producer thread and the uploader
+        #: give way to it then (see prime_runs_otel._courtesy).
+        self.export_running = ExportRunning()
         self._is_shutdown = False
         self._owner_pid = os.getpid()
         self.unattributed = 0
@@ -105,7 +109,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         if self._disabled:
             return
         self._spool = Spool(self.settings.spool_path, max_bytes=self.settings.spool_max_bytes)
-        self._uploader = Uploader(self._spool, self.settings)
+        self._uploader = Uploader(self._spool, self.settings, export_running=self.export_running)
         if deliver:
             self._uploader.start()
 
@@ -123,14 +127,15 @@ class PrimeRunsSpanExporter(SpanExporter):
             return SpanExportResult.FAILURE
         if self._disabled or self._spool is None:
             return SpanExportResult.SUCCESS
-        with self._trees_lock:
-            grouped = group_by_run(
-                (from_readable_span(span, self._take_handed(span)) for span in spans),
-                trees=self._trees,
-                fallback=self._fallback_identity,
-            )
-            self._report_unclaimed()
-        return self._commit(grouped, len(spans))
+        with self.export_running.up():
+            with self._trees_lock:
+                grouped = group_by_run(
+                    (from_readable_span(span, self._take_handed(span)) for span in spans),
+                    trees=self._trees,
+                    fallback=self._fallback_identity,
+                )
+                self._report_unclaimed()
+            return self._commit(grouped, len(spans))
 
     # -- episodes handed over in this process ------------------------------
 
@@ -430,3 +435,4 @@ def _renew_locks(reference: weakref.ref[PrimeRunsSpanExporter]) -> None:
         exporter._seen_lock = threading.Lock()
         exporter._trees_lock = threading.Lock()
         exporter._handed = {}  # the parent's spans; none of them is exported here
+        exporter.export_running.after_fork()

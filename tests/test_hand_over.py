@@ -27,7 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext
 
 import prime_runs_otel as pro
+from prime_runs_otel import _courtesy
 from prime_runs_otel import semconv as sc
+from prime_runs_otel._courtesy import ExportRunning
 from prime_runs_otel._json import dumps_record, parse
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.lines import LineCache
@@ -347,3 +349,39 @@ def test_the_line_cache_keeps_what_fits_and_forgets_what_it_gives() -> None:
     assert (len(cache), cache.size_bytes) == (1, 4)
     cache.clear()
     assert (len(cache), cache.size_bytes) == (0, 0)
+
+
+# -- giving way to export() ---------------------------------------------------------------
+
+
+def test_threads_give_way_only_while_an_export_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A switch of the GIL costs CPU on every side, so the producer and the
+    uploader let go of it between episodes only while export() waits for it."""
+    sleeps: list[float] = []
+    monkeypatch.setattr(_courtesy.time, "sleep", sleeps.append)
+    flag = ExportRunning()
+    flag.give_way()
+    assert sleeps == []
+    with flag.up():
+        with flag.up():  # exports may overlap
+            flag.give_way()
+        flag.give_way()
+    flag.give_way()
+    assert sleeps == [0, 0]
+
+
+def test_the_exporter_raises_the_flag_for_the_length_of_export() -> None:
+    seen: list[int] = []
+
+    class Probing(PrimeRunsSpanExporter):
+        def _commit(self, grouped: Any, span_count: int) -> Any:
+            seen.append(self.export_running._running)  # the commit is the export's own work
+            return super()._commit(grouped, span_count)
+
+    exporter = Probing(deliver=False, shutdown_timeout=0.0)
+    provider = TracerProvider(resource=pro.run_resource(run_id="flagged"))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    record_episode(provider.get_tracer("t"), next(synthetic_episodes(1, seed=1)))
+    assert seen and set(seen) == {1}
+    assert exporter.export_running._running == 0
+    provider.shutdown()

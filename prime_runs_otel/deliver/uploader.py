@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._courtesy import ExportRunning
 from .._json import loads as fast_loads
 from .._text import shown
 from ..config import Settings
@@ -84,6 +85,10 @@ class Backoff(Exception):
         self.delay = delay
 
 
+def _always_give_way() -> None:
+    time.sleep(0)
+
+
 def finite_only(values: Mapping[str, Any]) -> dict[str, Any]:
     """Summaries without NaN/inf (strict JSON rejects them); empty nested
     mappings are dropped too, as the platform shows them as nothing."""
@@ -130,8 +135,14 @@ class Uploader:
         poll_interval: float = 0.5,
         lease_ttl: float = 120.0,
         idle_timeout: float | None = None,
+        export_running: ExportRunning | None = None,
     ) -> None:
+        """``export_running`` is the flag of the exporter in this process: the
+        uploader lets go of the GIL between episodes while it is up. Without
+        one (``serve``, whose intake threads commit at any moment) it always
+        does."""
         self._spool = spool
+        self._give_way = export_running.give_way if export_running else _always_give_way
         self._settings = settings
         self._poll_interval = poll_interval
         self._lease_ttl = lease_ttl
@@ -601,7 +612,7 @@ class Uploader:
         lines: list[bytes] = []
         seqs: list[int] = []
         for episode in episodes:
-            time.sleep(0)  # let a waiting export() have the GIL: see Run.record_episode
+            self._give_way()
             template = self.lines.take(episode.seq)
             if template is not None:
                 line = line_from_template(template, run.platform_id)
