@@ -10,7 +10,14 @@ own) against one fake platform on loopback, interleaved over several rounds:
 Printed: a table per side, the ratio otel/sdk of every figure, the machine,
 and one closing line per figure: ``name value unit``.
 
-    python bench/in_process.py [--episodes 2000] [--rounds 3] [--size 8000]
+    python bench/in_process.py [--episodes 2000] [--rounds 3] [--size 8000] [--rate 0]
+
+By default each side records as fast as it can (a burst): the latency is then
+mostly time queued behind the slower stages, and each side queues in its own
+place (prime-runs blocks the caller once 256 records wait; prime-runs-otel
+commits them to its spool and lets the caller go on). ``--rate N`` records N
+episodes per second instead, below both sides' capacity, so the latency is
+what the pipeline itself adds.
 """
 
 from __future__ import annotations
@@ -34,7 +41,20 @@ CHILD_FLAG = "--child"
 # -- child side: one measured run -------------------------------------------
 
 
-def child_otel(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+def paced(episodes: list[dict[str, Any]], rate: float) -> Any:
+    """The episodes, one every ``1/rate`` seconds (all at once when ``rate`` is 0)."""
+    if rate <= 0:
+        yield from episodes
+        return
+    start = time.perf_counter()
+    for number, episode in enumerate(episodes):
+        delay = start + number / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        yield episode
+
+
+def child_otel(episodes: list[dict[str, Any]], rate: float) -> dict[str, Any]:
     import prime_runs_otel
     from prime_runs_otel.deliver.uploader import Uploader
     from prime_runs_otel.exporter import PrimeRunsSpanExporter
@@ -80,7 +100,7 @@ def child_otel(episodes: list[dict[str, Any]]) -> dict[str, Any]:
         name="bench-otel", model="bench/model", environments=["bench-env"], framework="bench"
     )
     caller_cpu0 = time.thread_time()
-    for episode in episodes:
+    for episode in paced(episodes, rate):
         recorded_at[episode["id"]] = time.time()
         run.record_episode(episode)
     caller_cpu = time.thread_time() - caller_cpu0
@@ -105,7 +125,7 @@ def child_otel(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def child_sdk(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+def child_sdk(episodes: list[dict[str, Any]], rate: float) -> dict[str, Any]:
     import prime_runs
 
     recorded_at: dict[str, float] = {}
@@ -115,7 +135,7 @@ def child_sdk(episodes: list[dict[str, Any]]) -> dict[str, Any]:
         name="bench-sdk", model="bench/model", environments=["bench-env"], framework="bench"
     )
     caller_cpu0 = time.thread_time()
-    for episode in episodes:
+    for episode in paced(episodes, rate):
         recorded_at[episode["id"]] = time.time()
         run.log_episodes([episode])
     caller_cpu = time.thread_time() - caller_cpu0
@@ -140,12 +160,12 @@ def child_sdk(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def child_main(side: str, count: int, size: int, seed: int) -> None:
+def child_main(side: str, count: int, size: int, seed: int, rate: float) -> None:
     from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     episodes = list(synthetic_episodes(count, seed=seed, target_bytes=size))
     measure = child_otel if side == "otel" else child_sdk
-    print(json.dumps(measure(episodes)))
+    print(json.dumps(measure(episodes, rate)))
 
 
 # -- parent side -------------------------------------------------------------------
@@ -184,6 +204,7 @@ def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int
                 str(args.episodes),
                 str(args.size),
                 str(seed),
+                str(args.rate),
             ],
             env=child_env,
             capture_output=True,
@@ -261,6 +282,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=8000, help="bytes per episode record")
     parser.add_argument(
+        "--rate", type=float, default=0.0, help="episodes recorded per second (0: all at once)"
+    )
+    parser.add_argument(
         "--export-batch", type=int, default=0, help="spans per export() (default: start_run's)"
     )
     args = parser.parse_args()
@@ -268,7 +292,11 @@ def main() -> None:
     from prime_runs_otel.testing import FakePlatform
 
     print(machine())
-    print(f"work: {args.episodes} episodes of ~{args.size} bytes, {args.rounds} interleaved rounds")
+    pace = f"{args.rate:g} per second" if args.rate > 0 else "as fast as each side takes them"
+    print(
+        f"work: {args.episodes} episodes of ~{args.size} bytes, recorded {pace}, "
+        f"{args.rounds} interleaved rounds"
+    )
     with FakePlatform() as fake:
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))},
@@ -302,6 +330,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
-        child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        child_main(
+            sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+        )
     else:
         main()

@@ -22,6 +22,7 @@ def main() -> None:
     quick = "--quick" in sys.argv
     if quick:
         run("in_process.py", "--episodes", "300", "--rounds", "1")
+        run("in_process.py", "--episodes", "300", "--rounds", "1", "--rate", "400")
         run("instrumentation.py", "--episodes", "200", "--rounds", "1")
         run("offered_load.py", "--rates", "500,2000", "--duration", "5")
         run("collector.py", "--episodes", "500")
@@ -29,6 +30,8 @@ def main() -> None:
         run("scaling.py", "--checkpoints", "2000,10000")
     else:
         run("in_process.py", "--episodes", "2000", "--rounds", "3")
+        # Latency as the pipeline adds it: episodes at a pace both sides keep up with.
+        run("in_process.py", "--episodes", "2000", "--rounds", "3", "--rate", "400")
         for size, count in (
             ("4000", "2000"),
             ("65536", "500"),
