@@ -82,8 +82,10 @@ def dumps_record(record: Mapping[str, Any]) -> bytes:
 
 def encode_record(record: Mapping[str, Any]) -> tuple[bytes, bool]:
     """An episode record as compact UTF-8 JSON, as fast as it can be done
-    faithfully, and whether orjson wrote it (then, as for :func:`parse`, its
-    scalars are plain: orjson refuses surrogates and integers beyond 64 bits).
+    faithfully, and whether orjson wrote it: then nothing in it is past the
+    limits :func:`prime_runs_otel.read.limits.check_json_value` checks
+    (orjson refuses surrogates and integers beyond 64 bits, and the record
+    was written where orjson's own nesting limit is :data:`MAX_NESTING`).
 
     orjson is six times faster than the standard library here, but it writes
     NaN and infinity as ``null``. Every reader of the record but one cleans
@@ -91,18 +93,80 @@ def encode_record(record: Mapping[str, Any]) -> tuple[bytes, bool]:
     the run summary is the exception, where a NaN score poisons an average
     that a ``null`` would not. So a record whose scores or metrics are not
     all finite, or that orjson cannot encode (integers beyond 64 bits,
-    non-string keys, the types above), takes the standard library's path.
-    Raises ``TypeError``/``ValueError`` for values JSON has no form for. The
-    differences left: a ``uuid.UUID`` is written as its string, an ``Enum``
-    member as its value.
+    non-string keys, the types above, nesting past the limit), takes the
+    standard library's path. Raises ``TypeError``/``ValueError`` for values
+    JSON has no form for. The differences left: a ``uuid.UUID`` is written
+    as its string, an ``Enum`` member as its value.
     """
     if _summary_numbers_finite(record):
         try:
-            return orjson.dumps(record, option=_RECORD_OPTIONS), True
+            return _dumps_within_nesting(record), True
         except orjson.JSONEncodeError:
             pass
     text = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
     return text.encode(), False
+
+
+#: Deepest nesting of objects and arrays a record may have. Far above any
+#: honest record (a verifiers record is about ten deep), and far below what
+#: any JSON encoder on the way recurses to (orjson stops at 254, the standard
+#: library near the interpreter's recursion limit).
+MAX_NESTING = 128
+
+
+def _orjson_nesting_limit() -> int | None:
+    """The deepest nesting orjson writes, found out once (it is no option)."""
+    for limit in (254, 1024):
+        value: Any = []
+        for _ in range(limit - 1):
+            value = [value]
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            return None
+        try:
+            orjson.dumps([value])
+        except orjson.JSONEncodeError:
+            return limit
+    return None
+
+
+#: Arrays the record is written inside so that orjson's limit falls exactly
+#: at MAX_NESTING: checking the nesting then costs nothing, where walking
+#: every value of an 8 KB record costs more than encoding it.
+_PADDING = (lambda limit: limit - MAX_NESTING if limit else 0)(_orjson_nesting_limit())
+
+
+def _dumps_within_nesting(record: Mapping[str, Any]) -> bytes:
+    """orjson's encoding of ``record``; ``JSONEncodeError`` also when it
+    nests deeper than :data:`MAX_NESTING`."""
+    if not _PADDING:  # an orjson whose limit is unknown: the nesting is walked
+        encoded = orjson.dumps(record, option=_RECORD_OPTIONS)
+        if nested_deeper_than(record, MAX_NESTING):
+            raise orjson.JSONEncodeError("nested deeper than the limit")
+        return encoded
+    padded: Any = record
+    for _ in range(_PADDING):
+        padded = [padded]
+    return orjson.dumps(padded, option=_RECORD_OPTIONS)[_PADDING:-_PADDING]
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest more than ``limit`` deep in ``value``
+    (tuples count as arrays: a record handed over in process may hold them)."""
+    if not isinstance(value, (dict, list, tuple)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    push, pop = stack.append, stack.pop
+    while stack:
+        item, depth = pop()
+        for member in item.values() if isinstance(item, dict) else item:
+            kind = type(member)
+            if kind is dict or kind is list or kind is tuple:
+                if depth >= limit:
+                    return True
+                push((member, depth + 1))
+    return False
 
 
 def _summary_numbers_finite(record: Mapping[str, Any]) -> bool:

@@ -386,14 +386,18 @@ class Run:
         return isinstance(provider, RunTracerProvider) and provider.processors_added == 1
 
     def _hand_over(
-        self, context: SpanContext, record: dict[str, Any], raw: bytes, plain_scalars: bool
+        self, context: SpanContext, record: dict[str, Any], raw: bytes, by_orjson: bool
     ) -> None:
         # A run bound for Prime Traces gets its lines built here, from the
         # record at hand, instead of from the stored bytes at upload.
         settings = self.settings
         uploads_lines = settings.mode == "online" and not settings.traces_opt_out
         episode = read_record(
-            record, raw, plain_scalars=plain_scalars, line_for=self.kind if uploads_lines else None
+            record,
+            raw,
+            plain_scalars=by_orjson,
+            within_limits=by_orjson,
+            line_for=self.kind if uploads_lines else None,
         )
         self._exporter.hand_over(context, episode)
 

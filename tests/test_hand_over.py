@@ -30,7 +30,7 @@ import prime_runs_otel as pro
 from prime_runs_otel import _courtesy
 from prime_runs_otel import semconv as sc
 from prime_runs_otel._courtesy import ExportRunning
-from prime_runs_otel._json import dumps_record, parse
+from prime_runs_otel._json import dumps_record, encode_record, parse
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.lines import LineCache
 from prime_runs_otel.errors import RecordError
@@ -385,3 +385,24 @@ def test_the_exporter_raises_the_flag_for_the_length_of_export() -> None:
     assert seen and set(seen) == {1}
     assert exporter.export_running._running == 0
     provider.shutdown()
+
+
+@settings(max_examples=200, deadline=None)
+@given(_deep_values())
+def test_orjson_writes_exactly_the_records_within_the_nesting_limit(value: Any) -> None:
+    """The record is encoded where orjson's own nesting limit falls at
+    MAX_NESTING, so what it writes needs no walk over every value: whatever
+    it refuses goes the standard library's way and is checked in full."""
+    record = {"id": "e", "traces": [], "info": value}
+    raw, by_orjson = encode_record(record)
+    assert json.loads(raw) == json.loads(json.dumps(record))
+    refusal = _refusal(record)
+    if by_orjson:
+        assert refusal is None
+        assert raw == orjson.dumps(record)
+    elif refusal is None:
+        # Within the limits, yet not orjson's: an integer orjson cannot take.
+        with pytest.raises(orjson.JSONEncodeError, match="Integer"):
+            orjson.dumps(record)
+    else:
+        assert "nests" in refusal or "floating-point" in refusal

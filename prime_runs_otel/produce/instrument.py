@@ -83,8 +83,8 @@ _EMPTY: Mapping[str, Any] = {}
 
 Attributes = dict[str, Any]
 Window = tuple[int, int]
-#: ``hand_over(span context, record, its JSON, whether orjson wrote it)``:
-#: see :func:`record_episode`.
+#: ``hand_over(span context, record, its JSON, whether orjson wrote it, and
+#: so within the limits; see ``_json.encode_record``)``: see :func:`record_episode`.
 HandOver = Callable[[SpanContext, dict[str, Any], bytes, bool], None]
 
 
@@ -505,7 +505,7 @@ def record_episode(
     """
     record = _as_record(episode)
     try:
-        data, plain_scalars = encode_record(record)
+        data, by_orjson = encode_record(record)
     except (TypeError, ValueError) as exc:
         raise RecordError(
             f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
@@ -541,7 +541,7 @@ def record_episode(
             _set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
         else:
             span.set_attribute(sc.EPISODE_RECORD_IN_PROCESS, True)
-            hand_over(span.get_span_context(), record, data, plain_scalars)
+            hand_over(span.get_span_context(), record, data, by_orjson)
     finally:
         span.end(end_time=window[1])
     episode_id: str = record["id"]

@@ -17,17 +17,13 @@ import re
 import sys
 from typing import Any
 
+from .._json import MAX_NESTING, nested_deeper_than
 from ..errors import RecordError
 
 __all__ = ["INT64_MAX", "INT64_MIN", "MAX_NESTING", "check_json_value", "whole_number"]
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-#: Deepest nesting of objects and arrays a record may have. Far above any
-#: honest record (a verifiers record is about ten deep), and far below what
-#: any JSON encoder on the way recurses to (orjson stops at 254, the standard
-#: library near the interpreter's recursion limit).
-MAX_NESTING = 128
 #: Integers ``float()`` still converts: rewards and metrics are averaged as floats.
 _FLOAT_INT_LIMIT = int(sys.float_info.max)
 
@@ -67,7 +63,7 @@ def check_json_value(
     it: only the nesting is left to check, at less than half the cost.
     """
     if plain_scalars:
-        if _deeper_than(value, MAX_NESTING):
+        if nested_deeper_than(value, MAX_NESTING):
             raise _too_deep(what)
         return
     scan = raw is None or _ESCAPED_SURROGATE.search(raw) is not None
@@ -94,24 +90,6 @@ def check_json_value(
                     _check_scalar(member, what, scan)
         else:
             _check_scalar(item, what, scan)
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether objects and arrays nest more than ``limit`` deep in ``value``
-    (tuples count as arrays: a record handed over in process may hold them)."""
-    if not isinstance(value, (dict, list, tuple)):
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    push, pop = stack.append, stack.pop
-    while stack:
-        item, depth = pop()
-        for member in item.values() if isinstance(item, dict) else item:
-            kind = type(member)
-            if kind is dict or kind is list or kind is tuple:
-                if depth >= limit:
-                    return True
-                push((member, depth + 1))
-    return False
 
 
 def _check_scalar(value: Any, what: str, scan: bool) -> None:
