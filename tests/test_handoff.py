@@ -410,3 +410,67 @@ def test_a_handoff_keeps_going_after_a_failing_item_and_its_failing_report() -> 
     assert failed == [3, 6, 9]
     with pytest.raises(ValueError, match="capacity must be 1 or more"):
         Handoff(handle, on_error, capacity=0)
+
+
+def test_a_caller_held_at_a_full_handoff_goes_on_at_half_not_at_one_free_slot() -> None:
+    """A caller that outruns the thread sleeps once per half a queue, not once
+    per item: each wake-up costs both threads a futex call and the GIL."""
+    turns = threading.Semaphore(0)
+    started = threading.Event()
+    handled: list[int] = []
+
+    def handle(item: int) -> None:
+        started.set()
+        turns.acquire()
+        handled.append(item)
+
+    handoff: Handoff[int] = Handoff(handle, lambda item, exc: None, capacity=4)
+    handoff.put(0)
+    started.wait(60)  # item 0 is in handle(), the queue empty
+    returned: list[int] = []
+
+    def record() -> None:
+        for item in range(1, 12):
+            handoff.put(item)
+            returned.append(item)
+
+    caller = threading.Thread(target=record)
+    caller.start()
+    try:
+        # Four queued, the caller waiting with the fifth.
+        _wait_for(lambda: len(returned) == 4, "the hand-off to fill")
+        turns.release()  # 0 handled, 1 taken: three queued, a slot free but not half
+        _wait_for(lambda: handled == [0], "the first item")
+        time.sleep(0.3)
+        assert len(returned) == 4, "the caller was let in before the low-water mark"
+        turns.release()  # 1 handled, 2 taken: two queued, half; the caller fills it up
+        _wait_for(lambda: len(returned) == 6, "the caller to go on at half")
+        time.sleep(0.3)
+        assert len(returned) == 6
+    finally:
+        for _ in range(12):
+            turns.release()
+        caller.join(60)
+    handoff.close()
+    assert handled == list(range(12))
+
+
+def test_several_callers_at_a_full_handoff_all_get_through_in_their_own_order() -> None:
+    handled: list[tuple[int, int]] = []
+    handoff: Handoff[tuple[int, int]] = Handoff(
+        lambda item: handled.append(item), lambda item, exc: None, capacity=3
+    )
+
+    def record(caller: int) -> None:
+        for index in range(500):
+            handoff.put((caller, index))
+
+    callers = [threading.Thread(target=record, args=(number,)) for number in range(4)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(60)
+    handoff.close()
+    assert len(handled) == 2000
+    for number in range(4):
+        assert [index for caller, index in handled if caller == number] == list(range(500))
