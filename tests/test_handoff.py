@@ -412,9 +412,9 @@ def test_a_handoff_keeps_going_after_a_failing_item_and_its_failing_report() -> 
         Handoff(handle, on_error, capacity=0)
 
 
-def test_a_caller_held_at_a_full_handoff_goes_on_at_half_not_at_one_free_slot() -> None:
-    """A caller that outruns the thread sleeps once per half a queue, not once
-    per item: each wake-up costs both threads a futex call and the GIL."""
+def test_a_caller_held_at_a_full_handoff_goes_on_at_a_quarter_free_not_at_one_slot() -> None:
+    """A caller that outruns the thread sleeps once per quarter of the queue,
+    not once per item: each wake-up costs both threads a futex call and the GIL."""
     turns = threading.Semaphore(0)
     started = threading.Event()
     handled: list[int] = []
@@ -424,35 +424,35 @@ def test_a_caller_held_at_a_full_handoff_goes_on_at_half_not_at_one_free_slot() 
         turns.acquire()
         handled.append(item)
 
-    handoff: Handoff[int] = Handoff(handle, lambda item, exc: None, capacity=4)
+    handoff: Handoff[int] = Handoff(handle, lambda item, exc: None, capacity=8)
     handoff.put(0)
     started.wait(60)  # item 0 is in handle(), the queue empty
     returned: list[int] = []
 
     def record() -> None:
-        for item in range(1, 12):
+        for item in range(1, 20):
             handoff.put(item)
             returned.append(item)
 
     caller = threading.Thread(target=record)
     caller.start()
     try:
-        # Four queued, the caller waiting with the fifth.
-        _wait_for(lambda: len(returned) == 4, "the hand-off to fill")
-        turns.release()  # 0 handled, 1 taken: three queued, a slot free but not half
+        # Eight queued, the caller waiting with the ninth.
+        _wait_for(lambda: len(returned) == 8, "the hand-off to fill")
+        turns.release()  # 0 handled, 1 taken: seven queued, one slot free
         _wait_for(lambda: handled == [0], "the first item")
         time.sleep(0.3)
-        assert len(returned) == 4, "the caller was let in before the low-water mark"
-        turns.release()  # 1 handled, 2 taken: two queued, half; the caller fills it up
-        _wait_for(lambda: len(returned) == 6, "the caller to go on at half")
+        assert len(returned) == 8, "the caller was let in before a quarter was free"
+        turns.release()  # 1 handled, 2 taken: six queued; the caller fills it up
+        _wait_for(lambda: len(returned) == 10, "the caller to go on at a quarter free")
         time.sleep(0.3)
-        assert len(returned) == 6
+        assert len(returned) == 10
     finally:
-        for _ in range(12):
+        for _ in range(20):
             turns.release()
         caller.join(60)
     handoff.close()
-    assert handled == list(range(12))
+    assert handled == list(range(20))
 
 
 def test_several_callers_at_a_full_handoff_all_get_through_in_their_own_order() -> None:
