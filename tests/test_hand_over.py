@@ -40,7 +40,7 @@ from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.read.limits import MAX_NESTING, check_json_value
 from prime_runs_otel.read.projection import (
     RUN_ID_PLACEHOLDER,
-    line_from_template,
+    LineTemplate,
     traces_line,
     traces_line_template,
 )
@@ -279,7 +279,7 @@ def test_lines_built_at_the_hand_over_are_the_lines_the_uploader_makes(
     taken: list[bool] = []
     take = LineCache.take
 
-    def counted(self: LineCache, seq: int) -> bytes | None:
+    def counted(self: LineCache, seq: int) -> LineTemplate | None:
         template = take(self, seq)
         taken.append(template is not None)
         return template
@@ -329,7 +329,10 @@ def test_a_line_template_fills_in_to_the_line_itself(
     if template is None:
         return
     for run_id in ("run-1", 'odd "id" \\ \u00e9'):
-        assert line_from_template(template, run_id) == traces_line(record, run_id, kind, step=step)
+        assert template.fill(run_id, kind, step) == traces_line(record, run_id, kind, step=step)
+    # Made for another run type or step, it makes nothing: the caller makes the line.
+    assert template.fill("run-1", "train" if kind == "eval" else "eval", step) is None
+    assert template.fill("run-1", kind, 1 if step is None else None) is None
 
 
 def test_a_record_holding_the_placeholder_gets_no_template() -> None:
@@ -341,10 +344,15 @@ def test_a_record_holding_the_placeholder_gets_no_template() -> None:
 
 def test_the_line_cache_keeps_what_fits_and_forgets_what_it_gives() -> None:
     cache = LineCache(max_bytes=10)
-    cache.keep([(1, b"abcd"), (2, b"efgh"), (3, b"ijkl"), (4, b"m")])
+
+    def line(data: bytes) -> LineTemplate:
+        return LineTemplate("eval", None, data)
+
+    cache.keep([(1, line(b"abcd")), (2, line(b"efgh")), (3, line(b"ijkl")), (4, line(b"m"))])
     assert (len(cache), cache.size_bytes) == (2, 8)  # the third did not fit: nothing after it
-    assert cache.take(1) == b"abcd" and cache.take(1) is None
-    cache.keep([(3, b"ijkl")])
+    taken = cache.take(1)
+    assert taken is not None and taken.data == b"abcd" and cache.take(1) is None
+    cache.keep([(3, line(b"ijkl"))])
     cache.discard([2, 99])
     assert (len(cache), cache.size_bytes) == (1, 4)
     cache.clear()
@@ -406,3 +414,29 @@ def test_orjson_writes_exactly_the_records_within_the_nesting_limit(value: Any) 
             orjson.dumps(record)
     else:
         assert "nests" in refusal or "floating-point" in refusal
+
+
+def test_records_read_off_spans_get_their_lines_built_there_too(
+    online: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run somebody else also listens to carries its records on the spans;
+    the exporter parses each once there and builds its line then (as
+    ``serve`` does), so the uploader parses nothing either."""
+    taken: list[bool] = []
+    take = LineCache.take
+
+    def counted(self: LineCache, seq: int) -> LineTemplate | None:
+        template = take(self, seq)
+        taken.append(template is not None)
+        return template
+
+    monkeypatch.setattr(LineCache, "take", counted)
+    episodes = list(synthetic_episodes(20, seed=13))
+    run = pro.start_run(name="watched lines", run_id="span-lines", environments=["env-a"])
+    run.tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    result = _record_all(run, episodes)
+
+    assert result.closed and result.platform_id is not None
+    expected = [json.loads(traces_line(e, result.platform_id, "eval")) for e in episodes]
+    assert online.episodes(result.platform_id) == expected
+    assert taken == [True] * 20

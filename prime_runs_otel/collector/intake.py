@@ -112,6 +112,11 @@ class SpanIntake:
         self.spool = spool
         self.settings = settings
         self._uploader = uploader
+        #: Episodes read off spans get their Prime Traces line built there,
+        #: for the uploader (``deliver/lines.py``).
+        self._uploads_lines = (
+            uploader is not None and settings.mode == "online" and not settings.traces_opt_out
+        )
         self.trees = _WatchedTrees(
             settle_seconds=settle_seconds, max_spans=max_held_spans, clock=clock
         )
@@ -137,7 +142,7 @@ class SpanIntake:
             # lost meanwhile.
             if not self.has_room() and any(map(_is_episode_span, views)):
                 return self._full()
-            grouped = group_by_run(views, trees=self.trees)
+            grouped = group_by_run(views, trees=self.trees, lines=self._uploads_lines)
             self._report.update()
             self._refused = 0
             if grouped.unattributed and not grouped.batches and not self._uncommitted:
@@ -233,6 +238,7 @@ class SpanIntake:
         self._uncommitted = []
         self.commit_problem = None
         if self._uploader is not None:
+            self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
         return outcome
 

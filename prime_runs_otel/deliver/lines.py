@@ -19,6 +19,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from ..read.projection import LineTemplate
+
 __all__ = ["DEFAULT_LINE_CACHE_BYTES", "LineCache"]
 
 #: At most this many bytes of lines are kept. When the uploader falls this far
@@ -32,26 +34,26 @@ class LineCache:
 
     def __init__(self, max_bytes: int = DEFAULT_LINE_CACHE_BYTES) -> None:
         self._max_bytes = max_bytes
-        self._lines: dict[int, bytes] = {}
+        self._lines: dict[int, LineTemplate] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def keep(self, lines: Iterable[tuple[int, bytes]]) -> None:
+    def keep(self, lines: Iterable[tuple[int, LineTemplate]]) -> None:
         """Keep each ``(seq, template)`` while there is room."""
         with self._lock:
             for seq, template in lines:
-                if self._bytes + len(template) > self._max_bytes:
+                if self._bytes + len(template.data) > self._max_bytes:
                     return
                 if seq not in self._lines:
                     self._lines[seq] = template
-                    self._bytes += len(template)
+                    self._bytes += len(template.data)
 
-    def take(self, seq: int) -> bytes | None:
+    def take(self, seq: int) -> LineTemplate | None:
         """The template of episode ``seq``, forgotten here once taken."""
         with self._lock:
             template = self._lines.pop(seq, None)
             if template is not None:
-                self._bytes -= len(template)
+                self._bytes -= len(template.data)
             return template
 
     def discard(self, seqs: Iterable[int]) -> None:
@@ -60,7 +62,7 @@ class LineCache:
             for seq in seqs:
                 template = self._lines.pop(seq, None)
                 if template is not None:
-                    self._bytes -= len(template)
+                    self._bytes -= len(template.data)
 
     def clear(self) -> None:
         with self._lock:

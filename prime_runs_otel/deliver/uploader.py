@@ -38,7 +38,6 @@ from ..read.projection import (
     batch_sample_rows,
     encode_samples_body,
     episode_sample_rows,
-    line_from_template,
     traces_line,
 )
 from .lifecycle import close_run, mark_created
@@ -614,9 +613,8 @@ class Uploader:
         for episode in episodes:
             self._give_way()
             template = self.lines.take(episode.seq)
-            if template is not None:
-                line = line_from_template(template, run.platform_id)
-            else:
+            line = template.fill(run.platform_id, run.kind, episode.step) if template else None
+            if line is None:
                 try:
                     line = traces_line(
                         fast_loads(episode.record), run.platform_id, run.kind, step=episode.step

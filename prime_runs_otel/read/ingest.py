@@ -104,6 +104,7 @@ def group_by_run(
     trees: SpanTreeBuffer | None = None,
     flush: bool = False,
     fallback: Fallback | None = None,
+    lines: bool = False,
 ) -> Grouped:
     """Group spans by run, keeping arrival order within each run.
 
@@ -111,7 +112,8 @@ def group_by_run(
     across calls; ``flush`` releases every episode it still holds (at
     shutdown). ``fallback`` names the run of run spans whose Resource names
     none (an in-process exporter's own process); without it they are counted
-    as unattributed.
+    as unattributed. ``lines``: the runs go to Prime Traces, so each episode
+    read from its span gets its line template built (see :func:`read_span`).
     """
     grouped = Grouped()
     batches = _Batches(fallback)
@@ -120,7 +122,7 @@ def group_by_run(
         # Every span is outside input: one that breaks a reader costs itself
         # only, never the spans beside it.
         try:
-            _group_one(view, batches, grouped, trees)
+            _group_one(view, batches, grouped, trees, lines)
         except Exception as exc:
             grouped.unreadable += 1
             if grouped.unreadable <= _NAMED_PER_CALL:
@@ -162,10 +164,14 @@ def group_by_run(
 
 
 def _group_one(
-    view: SpanView, batches: _Batches, grouped: Grouped, trees: SpanTreeBuffer | None
+    view: SpanView,
+    batches: _Batches,
+    grouped: Grouped,
+    trees: SpanTreeBuffer | None,
+    lines: bool = False,
 ) -> None:
     key = batches.key_of(view)
-    item = read_span(view)
+    item = read_span(view, lines=lines)
     if item is None:
         if trees is not None:
             trees.add(view)

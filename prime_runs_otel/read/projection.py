@@ -31,6 +31,7 @@ __all__ = [
     "MAX_SAMPLES_PAYLOAD_BYTES",
     "STEP_TABLE_INTERVAL",
     "EpisodeDigest",
+    "LineTemplate",
     "ParquetUnavailableError",
     "SampleTooLargeError",
     "SummaryAccumulator",
@@ -40,7 +41,6 @@ __all__ = [
     "encode_sample_batches",
     "encode_samples_body",
     "episode_sample_rows",
-    "line_from_template",
     "parquet_available",
     "require_parquet",
     "rollout_key",
@@ -425,16 +425,36 @@ RUN_ID_PLACEHOLDER = "\x00prime-run-id\x00"
 _PLACEHOLDER_JSON = b'"\\u0000prime-run-id\\u0000"'
 
 
+@dataclass(frozen=True, slots=True)
+class LineTemplate:
+    """An episode's Prime Traces line before the platform has named its run:
+    :func:`traces_line` for ``run_type`` and ``step``, with
+    :data:`RUN_ID_PLACEHOLDER` for the run id."""
+
+    run_type: str
+    step: int | None
+    data: bytes
+
+    def fill(self, run_id: str, run_type: str, step: int | None) -> bytes | None:
+        """The line :func:`traces_line` makes for this run, or ``None`` when
+        the template was made for another run type or step (the caller then
+        makes the line itself)."""
+        if run_type != self.run_type or step != self.step:
+            return None
+        return self.data.replace(
+            _PLACEHOLDER_JSON, dumps_strict(run_id) or json.dumps(run_id).encode()
+        )
+
+
 def traces_line_template(
     record: Mapping[str, Any], run_type: str, *, step: int | None = None
-) -> bytes | None:
-    """The record's Prime Traces line before the platform has named the run:
-    :func:`traces_line` with :data:`RUN_ID_PLACEHOLDER` for the run id, for
-    :func:`line_from_template` to fill in at delivery. ``None`` when the
-    record holds the placeholder itself, or needs the slow encoder.
+) -> LineTemplate | None:
+    """The record's :class:`LineTemplate`; ``None`` when the record holds the
+    placeholder itself, or needs the slow encoder.
 
-    The producer has the record parsed when it hands it over; building its
-    line there spares the uploader parsing the stored record a second time.
+    Whoever reads a record parsed (the producer handing it over in process,
+    ``serve`` reading it off a span) builds its line there, and spares the
+    uploader parsing the stored record a second time.
     """
     members = record.get("traces")
     runs = 1 + (sum(isinstance(m, Mapping) for m in members) if isinstance(members, list) else 0)
@@ -442,12 +462,7 @@ def traces_line_template(
     encoded = dumps_strict(stamped)
     if encoded is None or encoded.count(_PLACEHOLDER_JSON) != runs:
         return None
-    return encoded + b"\n"
-
-
-def line_from_template(template: bytes, run_id: str) -> bytes:
-    """The line :func:`traces_line` makes for ``run_id``, from its template."""
-    return template.replace(_PLACEHOLDER_JSON, dumps_strict(run_id) or json.dumps(run_id).encode())
+    return LineTemplate(run_type, step, encoded + b"\n")
 
 
 # --- the training step table (Parquet) ----------------------------------------------------

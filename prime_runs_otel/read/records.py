@@ -23,7 +23,7 @@ from .._json import loads as fast_loads
 from .._json import parse
 from ..errors import RecordError
 from .limits import check_json_value, whole_number
-from .projection import EpisodeDigest, digest_episode, traces_line_template
+from .projection import EpisodeDigest, LineTemplate, digest_episode, traces_line_template
 from .spans import SpanView
 
 __all__ = [
@@ -135,7 +135,7 @@ class EpisodeArrival:
     raw: bytes
     digest: EpisodeDigest
     step: int | None = None
-    line: bytes | None = None
+    line: LineTemplate | None = None
 
     @classmethod
     def of(cls, record: Mapping[str, Any], raw: bytes, step: int | None = None) -> EpisodeArrival:
@@ -204,10 +204,14 @@ def run_identity(resource: Mapping[str, Any]) -> RunIdentity | None:
     local_id = resource.get(sc.RUN_ID)
     if not isinstance(local_id, str) or not local_id:
         return None
-    kind = resource.get(sc.RUN_KIND, "eval")
-    if kind not in sc.RUN_KINDS:
-        logger.warning("run %s has unknown %s=%r; treating it as eval", local_id, sc.RUN_KIND, kind)
-        kind = "eval"
+    kind = _run_kind(resource)
+    if kind != resource.get(sc.RUN_KIND, "eval"):
+        logger.warning(
+            "run %s has unknown %s=%r; treating it as eval",
+            local_id,
+            sc.RUN_KIND,
+            resource.get(sc.RUN_KIND),
+        )
     return RunIdentity(
         local_id=local_id,
         kind=kind,
@@ -229,19 +233,30 @@ def run_identity(resource: Mapping[str, Any]) -> RunIdentity | None:
     )
 
 
-def read_span(view: SpanView) -> SpanMeaning | None:
+def _run_kind(resource: Mapping[str, Any]) -> str:
+    kind = resource.get(sc.RUN_KIND, "eval")
+    return kind if kind in sc.RUN_KINDS else "eval"
+
+
+def read_span(view: SpanView, *, lines: bool = False) -> SpanMeaning | None:
     """What one span says about its run; ``None`` for spans that are not ours.
 
     Agent and model-call spans return ``None`` too: everything the platform
     needs is on the episode span's record, or is synthesised from the span
-    tree under an :class:`UnrecordedEpisode`.
+    tree under an :class:`UnrecordedEpisode`. ``lines``: the reader's runs
+    go to Prime Traces, so an episode read here gets its line template built
+    while its record is parsed (:attr:`EpisodeArrival.line`).
     """
     if view.prepared is not None:
         return view.prepared
     attributes = view.attributes
     if sc.EPISODE_ID in attributes or sc.EPISODE_EXAMPLE_ID in attributes:
         if _carries_record(attributes) or sc.EPISODE_EXAMPLE_ID not in attributes:
-            return _read_episode(attributes, verify_digest=not view.in_process)
+            return _read_episode(
+                attributes,
+                verify_digest=not view.in_process,
+                line_for=_run_kind(view.resource) if lines else None,
+            )
         return UnrecordedEpisode(_episode_id_of(view), view)
     if view.name == sc.RUN_METRICS_SPAN:
         return _read_metrics(attributes)
@@ -318,7 +333,7 @@ def decode_blob(attributes: Mapping[str, Any], key: str, *, verify_digest: bool 
 
 
 def _read_episode(
-    attributes: Mapping[str, Any], *, verify_digest: bool = True
+    attributes: Mapping[str, Any], *, verify_digest: bool = True, line_for: str | None = None
 ) -> EpisodeArrival | CorruptEpisode:
     raw_id = attributes.get(sc.EPISODE_ID)
     episode_id = raw_id if isinstance(raw_id, str) and raw_id else None
@@ -346,7 +361,11 @@ def _read_episode(
             f"{sc.EPISODE_ID}={raw_id!r}",
         )
     return read_record(
-        record, raw, plain_scalars=plain_scalars, span_step=attributes.get(sc.RUN_STEP)
+        record,
+        raw,
+        plain_scalars=plain_scalars,
+        span_step=attributes.get(sc.RUN_STEP),
+        line_for=line_for,
     )
 
 

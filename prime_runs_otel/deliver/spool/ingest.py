@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...read.projection import SummaryAccumulator
+from ...read.projection import LineTemplate, SummaryAccumulator
 from ...read.records import EpisodeArrival, RunBatch
 from .processes import register_producer as register_producer_row
 from .runs import ensure_run
@@ -28,7 +28,7 @@ class IngestOutcome:
     rejected: int = 0
     #: ``(seq, line template)`` of the stored episodes that came with one
     #: (``EpisodeArrival.line``), for the uploader's ``LineCache``.
-    lines: tuple[tuple[int, bytes], ...] = ()
+    lines: tuple[tuple[int, LineTemplate], ...] = ()
 
 
 class SpoolIngest(SpoolSize):
@@ -60,7 +60,7 @@ class SpoolIngest(SpoolSize):
         size = self.size_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
-        lines: list[tuple[int, bytes]] = []
+        lines: list[tuple[int, LineTemplate]] = []
         with self._transaction() as db:
             for batch in batches:
                 local_id = batch.identity.local_id
@@ -121,7 +121,7 @@ class SpoolIngest(SpoolSize):
         episodes: Sequence[EpisodeArrival],
         summary: SummaryAccumulator,
         size: int,
-        lines: list[tuple[int, bytes]],
+        lines: list[tuple[int, LineTemplate]],
     ) -> tuple[int, int, int]:
         """Store the new episodes of one run from one batch; returns how many
         were added and refused, and the spool's size after them. The line
