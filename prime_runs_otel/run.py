@@ -48,7 +48,7 @@ TERMINAL_STATUSES = ("completed", "failed", "cancelled", "crashed")
 
 #: BatchSpanProcessor settings ``start_run`` uses unless an ``OTEL_BSP_*``
 #: variable says otherwise. The delay is what an episode waits for its batch
-#: when episodes come slower than a batch a delay: at 400 per second, 200 ms
+#: when fewer than a batch's worth come within it: at 400 per second, 200 ms
 #: made record → platform receipt 2.6 times prime-runs' (which sends at once),
 #: 50 ms 1.4 times, for a little more CPU per episode (smaller commits and
 #: uploads). When episodes come fast, batches fill before the delay is out:

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext
@@ -139,22 +139,28 @@ def test_handed_over_records_are_stored_exactly_as_the_span_path_stores_them(
     assert spans and all(sc.EPISODE_RECORD in (s.attributes or {}) for s in spans)
 
 
-def test_the_span_of_a_handed_over_record_carries_its_id_and_no_record() -> None:
-    provider = TracerProvider()
+def _handed_span(record: dict[str, Any], hand_over: Any, run_id: str = "r") -> ReadableSpan:
+    """The episode span ``record_episode`` makes when it hands ``record`` over."""
+    provider = TracerProvider(resource=pro.run_resource(run_id=run_id))
     memory = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    handed: list[tuple[SpanContext, dict[str, Any], bytes, bool]] = []
-    record = next(synthetic_episodes(1, seed=3))
-
     record_episode(
         provider.get_tracer("test"),
         record,
         child_spans=False,
         summary_attributes=False,
-        hand_over=lambda *args: handed.append(args),
+        hand_over=hand_over,
     )
-
     (span,) = memory.get_finished_spans()
+    return span
+
+
+def test_the_span_of_a_handed_over_record_carries_its_id_and_no_record() -> None:
+    handed: list[tuple[SpanContext, dict[str, Any], bytes, bool]] = []
+    record = next(synthetic_episodes(1, seed=3))
+
+    span = _handed_span(record, lambda *args: handed.append(args))
+
     assert dict(span.attributes or {}) == {
         sc.EPISODE_ID: record["id"],
         sc.EPISODE_RECORD_IN_PROCESS: True,
@@ -170,18 +176,8 @@ def test_a_span_whose_record_was_handed_to_another_exporter_is_a_loss_with_its_r
     """Such a span reaching any exporter but the one it was handed to (a
     processor added by reaching into the provider's internals, say) is
     counted as a damaged episode that says why, never stored empty."""
-    provider = TracerProvider(resource=pro.run_resource(run_id="handed-elsewhere"))
-    memory = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
     record = next(synthetic_episodes(1, seed=4))
-    record_episode(
-        provider.get_tracer("test"),
-        record,
-        child_spans=False,
-        summary_attributes=False,
-        hand_over=lambda *args: None,
-    )
-    (span,) = memory.get_finished_spans()
+    span = _handed_span(record, lambda *args: None, run_id="handed-elsewhere")
 
     item = read_span(from_readable_span(span))
     assert isinstance(item, CorruptEpisode)
@@ -269,13 +265,10 @@ def test_the_nesting_only_check_agrees_with_the_full_check_on_what_orjson_parsed
 # -- Prime Traces lines built at the hand-over -------------------------------------------
 
 
-def test_lines_built_at_the_hand_over_are_the_lines_the_uploader_makes(
-    online: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An online run's uploader fills the run id into lines the producer
-    built, and falls back to parsing the stored record for one it could not
-    build (a record holding the placeholder itself): the platform stores
-    exactly what ``traces_line`` makes of each stored record."""
+@pytest.fixture
+def lines_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """For each episode the uploader sent as a line: whether it had its line
+    built already (a spy on the real cache, which still gives what it holds)."""
     taken: list[bool] = []
     take = LineCache.take
 
@@ -285,6 +278,16 @@ def test_lines_built_at_the_hand_over_are_the_lines_the_uploader_makes(
         return template
 
     monkeypatch.setattr(LineCache, "take", counted)
+    return taken
+
+
+def test_lines_built_at_the_hand_over_are_the_lines_the_uploader_makes(
+    online: Any, lines_taken: list[bool]
+) -> None:
+    """An online run's uploader fills the run id into lines the producer
+    built, and falls back to parsing the stored record for one it could not
+    build (a record holding the placeholder itself): the platform stores
+    exactly what ``traces_line`` makes of each stored record."""
     episodes = list(synthetic_episodes(30, seed=11))
     episodes[4]["info"] = {"note": RUN_ID_PLACEHOLDER}
 
@@ -295,7 +298,7 @@ def test_lines_built_at_the_hand_over_are_the_lines_the_uploader_makes(
     assert result.platform_id is not None
     expected = [json.loads(traces_line(e, result.platform_id, "eval")) for e in episodes]
     assert online.episodes(result.platform_id) == expected
-    assert taken.count(True) == 29 and taken.count(False) == 1
+    assert lines_taken.count(True) == 29 and lines_taken.count(False) == 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -417,20 +420,11 @@ def test_orjson_writes_exactly_the_records_within_the_nesting_limit(value: Any) 
 
 
 def test_records_read_off_spans_get_their_lines_built_there_too(
-    online: Any, monkeypatch: pytest.MonkeyPatch
+    online: Any, lines_taken: list[bool]
 ) -> None:
     """A run somebody else also listens to carries its records on the spans;
     the exporter parses each once there and builds its line then (as
     ``serve`` does), so the uploader parses nothing either."""
-    taken: list[bool] = []
-    take = LineCache.take
-
-    def counted(self: LineCache, seq: int) -> LineTemplate | None:
-        template = take(self, seq)
-        taken.append(template is not None)
-        return template
-
-    monkeypatch.setattr(LineCache, "take", counted)
     episodes = list(synthetic_episodes(20, seed=13))
     run = pro.start_run(name="watched lines", run_id="span-lines", environments=["env-a"])
     run.tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
@@ -439,4 +433,4 @@ def test_records_read_off_spans_get_their_lines_built_there_too(
     assert result.closed and result.platform_id is not None
     expected = [json.loads(traces_line(e, result.platform_id, "eval")) for e in episodes]
     assert online.episodes(result.platform_id) == expected
-    assert taken == [True] * 20
+    assert lines_taken == [True] * 20
