@@ -434,3 +434,15 @@ def test_records_read_off_spans_get_their_lines_built_there_too(
     expected = [json.loads(traces_line(e, result.platform_id, "eval")) for e in episodes]
     assert online.episodes(result.platform_id) == expected
     assert lines_taken == [True] * 20
+
+
+def test_the_spans_under_a_damaged_episode_are_its_own(caplog: pytest.LogCaptureFixture) -> None:
+    """A damaged episode is counted once, as damaged: its agent and model-call
+    spans are not reported again as model calls under no episode span."""
+    episodes = _episodes()
+    run = pro.start_run(name="watched damage", run_id="watched-damage")
+    run.tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    with caplog.at_level(logging.WARNING):
+        result = _record_all(run, episodes)
+    assert result.corrupt == 3
+    assert "under no episode span" not in caplog.text

@@ -179,7 +179,9 @@ def _group_one(
     if isinstance(item, UnrecordedEpisode) and trees is not None:
         trees.add_episode(item)
         return
-    if isinstance(item, EpisodeArrival) and trees is not None:
+    if isinstance(item, (EpisodeArrival, CorruptEpisode)) and trees is not None:
+        # Its agent and model-call spans are its own, damaged or not: they
+        # wait for nothing, and are no model calls "under no episode span".
         trees.claim_native(view)
     if key is None:
         key = batches.adopt(view)
