@@ -82,6 +82,12 @@ class Settings:
     def spool_path(self) -> Path:
         return self.spool_dir / "spool.sqlite3"
 
+    @property
+    def sends_prime_traces(self) -> bool:
+        """Whether runs go to the platform as Prime Traces lines: what makes
+        building each record's line where it is parsed worth its cost."""
+        return self.mode == "online" and not self.traces_opt_out
+
     def with_mode(self, mode: Mode) -> Settings:
         return replace(self, mode=mode)
 

@@ -88,8 +88,6 @@ class PrimeRunsSpanExporter(SpanExporter):
         self._quiet_until = 0.0
         self._trees_lock = threading.Lock()
         self._disabled = self.settings.mode == "disabled"
-        #: Episodes read off spans get their Prime Traces line built there.
-        self._uploads_lines = self.settings.mode == "online" and not self.settings.traces_opt_out
         self._spool: Spool | None = None
         self._uploader: Uploader | None = None
         self._seen: set[str] = set()
@@ -135,7 +133,7 @@ class PrimeRunsSpanExporter(SpanExporter):
                     (from_readable_span(span, self._take_handed(span)) for span in spans),
                     trees=self._trees,
                     fallback=self._fallback_identity,
-                    lines=self._uploads_lines,
+                    lines=self.settings.sends_prime_traces,
                 )
                 self._report_unclaimed()
             return self._commit(grouped, len(spans))

@@ -204,6 +204,19 @@ class RunResult:
         return text
 
 
+def batch_processor(exporter: SpanExporter) -> BatchSpanProcessor:
+    """A BatchSpanProcessor for ``exporter`` with ``start_run``'s settings
+    (``BSP_DEFAULTS``, unless ``OTEL_BSP_*`` says otherwise)."""
+    settings = _bsp_settings()
+    return BatchSpanProcessor(
+        exporter,
+        max_queue_size=settings["max_queue_size"],
+        schedule_delay_millis=settings["schedule_delay_millis"],
+        max_export_batch_size=settings["max_export_batch_size"],
+        export_timeout_millis=settings["export_timeout_millis"],
+    )
+
+
 def _bsp_settings() -> dict[str, int]:
     """``OTEL_BSP_*`` as the SDK reads them: a value that is not a whole number
     (or is negative, or a zero size) is warned about and replaced by the
@@ -390,14 +403,11 @@ class Run:
     ) -> None:
         # A run bound for Prime Traces gets its lines built here, from the
         # record at hand, instead of from the stored bytes at upload.
-        settings = self.settings
-        uploads_lines = settings.mode == "online" and not settings.traces_opt_out
         episode = read_record(
             record,
             raw,
-            plain_scalars=by_orjson,
             within_limits=by_orjson,
-            line_for=self.kind if uploads_lines else None,
+            line_for=self.kind if self.settings.sends_prime_traces else None,
         )
         self._exporter.hand_over(context, episode)
 
@@ -670,14 +680,7 @@ def start_run(
     exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0, ends_runs=owns_run)
     child_spans = _child_spans_setting(child_spans)
     provider = RunTracerProvider(resource=resource)
-    bsp = _bsp_settings()
-    processor = BatchSpanProcessor(
-        exporter,
-        max_queue_size=bsp["max_queue_size"],
-        schedule_delay_millis=bsp["schedule_delay_millis"],
-        max_export_batch_size=bsp["max_export_batch_size"],
-        export_timeout_millis=bsp["export_timeout_millis"],
-    )
+    processor = batch_processor(exporter)
     provider.add_span_processor(processor)
     local_id = str(resource.attributes["prime.run.id"])
     run = Run(

@@ -114,9 +114,7 @@ class SpanIntake:
         self._uploader = uploader
         #: Episodes read off spans get their Prime Traces line built there,
         #: for the uploader (``deliver/lines.py``).
-        self._uploads_lines = (
-            uploader is not None and settings.mode == "online" and not settings.traces_opt_out
-        )
+        self._uploads_lines = uploader is not None and settings.sends_prime_traces
         self.trees = _WatchedTrees(
             settle_seconds=settle_seconds, max_spans=max_held_spans, clock=clock
         )

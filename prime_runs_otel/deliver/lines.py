@@ -56,14 +56,6 @@ class LineCache:
                 self._bytes -= len(template.data)
             return template
 
-    def discard(self, seqs: Iterable[int]) -> None:
-        """Forget episodes that will not be sent as lines (failed, or sent elsewhere)."""
-        with self._lock:
-            for seq in seqs:
-                template = self._lines.pop(seq, None)
-                if template is not None:
-                    self._bytes -= len(template.data)
-
     def clear(self) -> None:
         with self._lock:
             self._lines.clear()

@@ -373,7 +373,7 @@ def read_record(
     record: dict[str, Any],
     raw: bytes,
     *,
-    plain_scalars: bool,
+    plain_scalars: bool = False,
     within_limits: bool = False,
     span_step: Any = None,
     line_for: str | None = None,

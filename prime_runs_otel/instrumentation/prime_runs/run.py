@@ -47,7 +47,7 @@ from ...run import (
     QueueGauge,
     Run,
     RunResult,
-    _bsp_settings,
+    batch_processor,
     start_run,
 )
 
@@ -361,16 +361,9 @@ class _Exported(_Delivery):
     def open(cls, spec: _RunSpec, exporters: Sequence[SpanExporter]) -> _Exported:
         resource = run_resource(**spec.fields)
         provider = TracerProvider(resource=resource)
-        settings = _bsp_settings()
         processors: list[SpanProcessor] = []
         for exporter in exporters:
-            processor = BatchSpanProcessor(
-                exporter,
-                max_queue_size=settings["max_queue_size"],
-                schedule_delay_millis=settings["schedule_delay_millis"],
-                max_export_batch_size=settings["max_export_batch_size"],
-                export_timeout_millis=settings["export_timeout_millis"],
-            )
+            processor = batch_processor(exporter)
             provider.add_span_processor(processor)
             processors.append(processor)
         delivery = cls(provider, processors, spec)
