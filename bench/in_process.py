@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -197,22 +198,19 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int) -> dict[str, Any]:
+    if args.export_batch:
+        env = {**env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": str(args.export_batch)}
+    child_args = (args.episodes, args.size, seed, args.rate)
+    return run_child(__file__, side, [str(value) for value in child_args], env)
+
+
+def run_child(script: str, side: str, child_args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """One measured run of ``side`` in a fresh process, with a spool of its
+    own; what it printed last, as JSON."""
     with tempfile.TemporaryDirectory() as spool:
-        child_env = {**env, "PRIME_RUNS_OTEL_DIR": spool}
-        if args.export_batch:
-            child_env["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = str(args.export_batch)
         done = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                CHILD_FLAG,
-                side,
-                str(args.episodes),
-                str(args.size),
-                str(seed),
-                str(args.rate),
-            ],
-            env=child_env,
+            [sys.executable, script, CHILD_FLAG, side, *child_args],
+            env={**env, "PRIME_RUNS_OTEL_DIR": spool},
             capture_output=True,
             text=True,
             timeout=1800,
@@ -220,7 +218,8 @@ def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int
         )
     if done.returncode != 0:
         raise SystemExit(f"{side} run failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def latencies(fake: Any, measured: dict[str, Any]) -> list[float]:
@@ -321,21 +320,33 @@ def main() -> None:
             side: summarize(fake, samples, args.episodes) for side, samples in results.items()
         }
 
+    print_side_by_side(
+        "in_process",
+        figures,
+        lambda name: UNITS.get(name, "ms" if name.endswith("_ms") or "_ms_" in name else ""),
+    )
+
+
+def print_side_by_side(
+    prefix: str, figures: dict[str, dict[str, float]], unit_of: Callable[[str], str]
+) -> None:
+    """The table of both sides and their ratio, then one ``name value unit``
+    line per figure (``prefix.side.figure``, ``prefix.ratio.figure``)."""
     names = list(figures["otel"])
-    print(f"\n{'figure':<32} {'otel':>12} {'sdk':>12} {'otel/sdk':>9}")
+    width = max(len(name) for name in names) + 1
+    print(f"\n{'figure':<{width}} {'otel':>12} {'sdk':>12} {'otel/sdk':>9}")
     for name in names:
         ours, theirs = figures["otel"][name], figures["sdk"][name]
         ratio = ours / theirs if theirs else float("nan")
-        print(f"{name:<32} {ours:>12.3f} {theirs:>12.3f} {ratio:>9.2f}")
+        print(f"{name:<{width}} {ours:>12.3f} {theirs:>12.3f} {ratio:>9.2f}")
     print()
     for side in ("otel", "sdk"):
         for name in names:
-            unit = UNITS.get(name, "ms" if name.endswith("_ms") or "_ms_" in name else "")
-            print(f"in_process.{side}.{name} {figures[side][name]:.4f} {unit}".rstrip())
+            print(f"{prefix}.{side}.{name} {figures[side][name]:.4f} {unit_of(name)}".rstrip())
     for name in names:
         theirs = figures["sdk"][name]
         if theirs:
-            print(f"in_process.ratio.{name} {figures['otel'][name] / theirs:.3f} x")
+            print(f"{prefix}.ratio.{name} {figures['otel'][name] / theirs:.3f} x")
 
 
 if __name__ == "__main__":

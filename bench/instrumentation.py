@@ -46,16 +46,12 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
 
-from in_process import machine, percentile
-
-CHILD_FLAG = "--child"
+from in_process import CHILD_FLAG, machine, percentile, print_side_by_side, run_child
 
 
 def child_main(side: str, count: int, size: int, seed: int) -> None:
@@ -136,26 +132,7 @@ class _CollectorClock:
 
 
 def run_side(side: str, args: argparse.Namespace, env: dict[str, str], seed: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as spool:
-        done = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                CHILD_FLAG,
-                side,
-                str(args.episodes),
-                str(args.size),
-                str(seed),
-            ],
-            env={**env, "PRIME_RUNS_OTEL_DIR": spool},
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"{side} run failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_child(__file__, side, [str(args.episodes), str(args.size), str(seed)], env)
 
 
 def summarize(fake: Any, samples: list[dict[str, Any]], episodes: int) -> dict[str, float]:
@@ -216,21 +193,7 @@ def main() -> None:
             side: summarize(fake, samples, args.episodes) for side, samples in results.items()
         }
 
-    names = list(figures["otel"])
-    print(f"\n{'figure':<38} {'otel':>12} {'sdk':>12} {'otel/sdk':>9}")
-    for name in names:
-        ours, theirs = figures["otel"][name], figures["sdk"][name]
-        ratio = ours / theirs if theirs else float("nan")
-        print(f"{name:<38} {ours:>12.3f} {theirs:>12.3f} {ratio:>9.2f}")
-    print()
-    for side in ("otel", "sdk"):
-        for name in names:
-            unit = UNITS.get(name, "ms")
-            print(f"instrumentation.{side}.{name} {figures[side][name]:.4f} {unit}")
-    for name in names:
-        theirs = figures["sdk"][name]
-        if theirs:
-            print(f"instrumentation.ratio.{name} {figures['otel'][name] / theirs:.3f} x")
+    print_side_by_side("instrumentation", figures, lambda name: UNITS.get(name, "ms"))
 
 
 if __name__ == "__main__":

@@ -104,19 +104,7 @@ def test_whatever_the_summary_attribute_holds_the_end_is_read(
         attributes[sc.blob_size_key(sc.RUN_SUMMARY)] = size
     if digest is not None:
         attributes[sc.blob_sha256_key(sc.RUN_SUMMARY)] = digest
-    view = SpanView(
-        name=sc.RUN_END_SPAN,
-        trace_id=1,
-        span_id=2,
-        parent_span_id=None,
-        start_ns=0,
-        end_ns=1,
-        attributes=attributes,
-        resource={},
-        status_error=False,
-        status_message=None,
-    )
-    ended = read_span(view)
+    ended = read_span(_run_end_view(attributes))
     assert isinstance(ended, RunEnd) and ended.status == "completed"
     assert ended.summary is None or isinstance(ended.summary, dict)
 
@@ -129,7 +117,12 @@ def test_a_summary_damaged_in_transit_is_left_out() -> None:
         sc.blob_size_key(sc.RUN_SUMMARY): len(text),
         sc.blob_sha256_key(sc.RUN_SUMMARY): hashlib.sha256(text.encode()).hexdigest(),
     }
-    view = SpanView(
+    ended = read_span(_run_end_view(attributes))
+    assert isinstance(ended, RunEnd) and ended.summary is None
+
+
+def _run_end_view(attributes: dict[str, Any]) -> SpanView:
+    return SpanView(
         name=sc.RUN_END_SPAN,
         trace_id=1,
         span_id=2,
@@ -141,5 +134,3 @@ def test_a_summary_damaged_in_transit_is_left_out() -> None:
         status_error=False,
         status_message=None,
     )
-    ended = read_span(view)
-    assert isinstance(ended, RunEnd) and ended.summary is None
