@@ -39,13 +39,12 @@ from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.spool import Spool, SpoolError
 from prime_runs_otel.deliver.uploader import Uploader
 from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
 from prime_runs_otel.read.ingest import group_by_run
 from prime_runs_otel.read.limits import MAX_NESTING, check_json_value, whole_number
 from prime_runs_otel.read.projection import digest_episode
 from prime_runs_otel.read.records import (
-    CorruptEpisode,
     CorruptMetrics,
-    EpisodeArrival,
     RunBatch,
     RunIdentity,
     read_span,

@@ -28,6 +28,7 @@ from prime_runs_otel import emit_run_end, emit_run_start, record_episode, run_re
 from prime_runs_otel.collector.receiver import OtlpHttpApp, Receiver, ReceiverConfig
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.episodes import EpisodeArrival
 from prime_runs_otel.read.ingest import group_by_run
 from prime_runs_otel.read.otlp import (
     OtlpDecodeError,
@@ -37,7 +38,7 @@ from prime_runs_otel.read.otlp import (
     span_count,
     span_views,
 )
-from prime_runs_otel.read.records import EpisodeArrival, RunEnd, RunStart
+from prime_runs_otel.read.records import RunEnd, RunStart
 from prime_runs_otel.read.spans import SpanView, from_readable_span
 
 

@@ -31,9 +31,8 @@ from prime_runs_otel.produce.instrument import (
     run_resource,
 )
 from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
 from prime_runs_otel.read.records import (
-    CorruptEpisode,
-    EpisodeArrival,
     RunEnd,
     RunIdentity,
     RunStart,

@@ -23,7 +23,8 @@ from prime_runs_otel.deliver.spool import (
     process_start_token,
 )
 from prime_runs_otel.produce.synthetic import synthetic_episodes
-from prime_runs_otel.read.records import EpisodeArrival, RunBatch, RunEnd, RunIdentity
+from prime_runs_otel.read.episodes import EpisodeArrival
+from prime_runs_otel.read.records import RunBatch, RunEnd, RunIdentity
 
 BIG = 10**12
 

@@ -26,10 +26,9 @@ from prime_runs_otel.produce.instrument import (
     score_episode,
 )
 from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
 from prime_runs_otel.read.records import (
-    CorruptEpisode,
     CorruptMetrics,
-    EpisodeArrival,
     RunIdentity,
     RunMetrics,
     UnrecordedEpisode,

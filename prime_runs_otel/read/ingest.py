@@ -21,12 +21,11 @@ from typing import Any, TypeAlias
 
 from .. import semconv
 from .._text import shown
+from .episodes import CorruptEpisode, EpisodeArrival
 from .limits import check_json_value
 from .projection import digest_episode
 from .records import (
-    CorruptEpisode,
     CorruptMetrics,
-    EpisodeArrival,
     RunBatch,
     RunEnd,
     RunIdentity,

@@ -19,17 +19,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import semconv as sc
-from .._json import loads as fast_loads
 from .._json import parse
 from ..errors import RecordError
+from .episodes import CorruptEpisode, EpisodeArrival
 from .limits import check_json_value, whole_number
-from .projection import EpisodeDigest, LineTemplate, digest_episode, traces_line_template
+from .projection import digest_episode, traces_line_template
 from .spans import SpanView
 
 __all__ = [
-    "CorruptEpisode",
     "CorruptMetrics",
-    "EpisodeArrival",
     "RunEnd",
     "RunIdentity",
     "RunMetrics",
@@ -114,48 +112,6 @@ class RunEnd:
     #: The producer's own run summary, when it sent one.
     summary: dict[str, Any] | None = None
     episodes_unencodable: int = 0
-
-
-@dataclass(frozen=True)
-class EpisodeArrival:
-    """A verified episode record.
-
-    ``raw`` is the exact UTF-8 JSON the producer serialised, so uploads can
-    reuse those bytes (and their digest) instead of serialising again.
-    ``digest`` is what the spool needs of the parsed record; the parsed
-    record itself is not kept (see :class:`EpisodeDigest`). ``step`` is the
-    training step the episode is *training work* of (see
-    :func:`record_step`); ``None`` for eval work and for eval runs.
-    ``line`` is the record's Prime Traces line with a placeholder for the
-    platform's run id, when whoever read the record built it
-    (:func:`~prime_runs_otel.read.projection.traces_line_template`).
-    """
-
-    episode_id: str
-    raw: bytes
-    digest: EpisodeDigest
-    step: int | None = None
-    line: LineTemplate | None = None
-
-    @classmethod
-    def of(cls, record: Mapping[str, Any], raw: bytes, step: int | None = None) -> EpisodeArrival:
-        """The arrival of ``record`` (serialised as ``raw``); ``ValueError`` when
-        it is not in the verifiers shape (see :func:`digest_episode`)."""
-        return cls(str(record["id"]), raw, digest_episode(record), step)
-
-    @property
-    def record(self) -> dict[str, Any]:
-        """The record, parsed again from ``raw`` (a fresh copy on every call)."""
-        record: dict[str, Any] = fast_loads(self.raw)
-        return record
-
-
-@dataclass(frozen=True)
-class CorruptEpisode:
-    """An episode span whose record cannot be trusted: to be counted and logged."""
-
-    episode_id: str | None
-    reason: str
 
 
 @dataclass(frozen=True)

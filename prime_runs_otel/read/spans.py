@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import StatusCode
 
-if TYPE_CHECKING:
-    from .records import CorruptEpisode, EpisodeArrival
+from .episodes import CorruptEpisode, EpisodeArrival
 
 
 @dataclass(frozen=True, slots=True)

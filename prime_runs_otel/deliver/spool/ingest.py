@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...read.episodes import EpisodeArrival
 from ...read.projection import LineTemplate, SummaryAccumulator
-from ...read.records import EpisodeArrival, RunBatch
+from ...read.records import RunBatch
 from .processes import register_producer as register_producer_row
 from .runs import ensure_run
 from .size import SpoolSize
