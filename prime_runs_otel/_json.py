@@ -33,7 +33,7 @@ def parse(data: bytes | str) -> tuple[Any, bool]:
     surrogates, and reads integers beyond 64 bits as floats. The standard
     library, which takes over for the ``NaN`` and ``Infinity`` tokens, keeps
     both, so what it parsed still needs every value looked at
-    (:func:`prime_runs_otel.read.limits.check_json_value`).
+    (:func:`prime_runs_otel.read.checks.check_json_value`).
     """
     try:
         return orjson.loads(data), True
@@ -83,7 +83,7 @@ def dumps_record(record: Mapping[str, Any]) -> bytes:
 def encode_record(record: Mapping[str, Any]) -> tuple[bytes, bool]:
     """An episode record as compact UTF-8 JSON, as fast as it can be done
     faithfully, and whether orjson wrote it: then nothing in it is past the
-    limits :func:`prime_runs_otel.read.limits.check_json_value` checks
+    limits :func:`prime_runs_otel.read.checks.check_json_value` checks
     (orjson refuses surrogates and integers beyond 64 bits, and the record
     was written where orjson's own nesting limit is :data:`MAX_NESTING`).
 

@@ -31,9 +31,10 @@ from ._courtesy import ExportRunning
 from .config import Settings, cut_resource_attributes, env_flag, resolve_settings
 from .deliver.spool import RunRow, Spool, process_alive, this_producer
 from .deliver.uploader import Uploader
+from .read.checks import run_identity
 from .read.episodes import CorruptEpisode, EpisodeArrival
 from .read.ingest import Grouped, group_by_run
-from .read.records import RunIdentity, run_identity
+from .read.records import RunIdentity
 from .read.spans import from_readable_span
 from .read.synthesis import SpanTreeBuffer
 

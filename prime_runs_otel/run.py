@@ -38,8 +38,8 @@ from .produce.instrument import (
     record_episode,
     run_resource,
 )
+from .read.checks import read_record
 from .read.projection import parquet_available
-from .read.records import read_record
 from .tracing import TracingExporter
 
 logger = logging.getLogger(__name__)

@@ -37,15 +37,14 @@ from prime_runs_otel.errors import RecordError
 from prime_runs_otel.exporter import PrimeRunsSpanExporter
 from prime_runs_otel.produce.instrument import record_episode
 from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.checks import MAX_NESTING, check_json_value, read_span
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
-from prime_runs_otel.read.limits import MAX_NESTING, check_json_value
 from prime_runs_otel.read.projection import (
     RUN_ID_PLACEHOLDER,
     LineTemplate,
     traces_line,
     traces_line_template,
 )
-from prime_runs_otel.read.records import read_span
 from prime_runs_otel.read.spans import from_readable_span
 
 

@@ -39,17 +39,17 @@ from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.spool import Spool, SpoolError
 from prime_runs_otel.deliver.uploader import Uploader
 from prime_runs_otel.produce.synthetic import synthetic_episodes
-from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
-from prime_runs_otel.read.ingest import group_by_run
-from prime_runs_otel.read.limits import MAX_NESTING, check_json_value, whole_number
-from prime_runs_otel.read.projection import digest_episode
-from prime_runs_otel.read.records import (
-    CorruptMetrics,
-    RunBatch,
-    RunIdentity,
+from prime_runs_otel.read.checks import (
+    MAX_NESTING,
+    check_json_value,
     read_span,
     run_identity,
+    whole_number,
 )
+from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
+from prime_runs_otel.read.ingest import group_by_run
+from prime_runs_otel.read.projection import digest_episode
+from prime_runs_otel.read.records import CorruptMetrics, RunBatch, RunIdentity
 from prime_runs_otel.read.spans import SpanView
 from prime_runs_otel.read.synthesis import SpanTreeBuffer, is_model_call, synthesize_record
 from prime_runs_otel.testing import FakePlatform

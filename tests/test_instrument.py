@@ -35,8 +35,9 @@ from prime_runs_otel.produce.instrument import (
     run_resource,
 )
 from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.checks import read_span
 from prime_runs_otel.read.episodes import EpisodeArrival
-from prime_runs_otel.read.records import RunEnd, RunStart, read_span
+from prime_runs_otel.read.records import RunEnd, RunStart
 from prime_runs_otel.read.spans import from_readable_span
 
 T0 = 1_767_225_600.0

@@ -31,15 +31,9 @@ from prime_runs_otel.produce.instrument import (
     run_resource,
 )
 from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.checks import decode_blob, read_span, run_identity
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
-from prime_runs_otel.read.records import (
-    RunEnd,
-    RunIdentity,
-    RunStart,
-    decode_blob,
-    read_span,
-    run_identity,
-)
+from prime_runs_otel.read.records import RunEnd, RunIdentity, RunStart
 from prime_runs_otel.read.spans import SpanView, from_readable_span
 
 RECORD_SIZE = sc.blob_size_key(sc.EPISODE_RECORD)
@@ -310,7 +304,7 @@ def test_a_damaged_run_config_is_reported_not_dropped(
         relay.provider.shutdown()
 
     assert read_span(original) == RunStart({"notes": "x" * 500})
-    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.records"):
+    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.checks"):
         outcome = read_span(relayed)
     assert isinstance(outcome, RunStart)
     assert outcome.config == {}
@@ -380,7 +374,7 @@ def test_run_identity_defaults_and_refusals(caplog: pytest.LogCaptureFixture) ->
     assert run_identity(Resource.create({}).attributes) is None
     assert run_identity({sc.RUN_ID: ""}) is None
     assert run_identity({sc.RUN_ID: "r"}) == RunIdentity(local_id="r")
-    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.records"):
+    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.checks"):
         assert run_identity({sc.RUN_ID: "r", sc.RUN_KIND: "sft"}) == RunIdentity("r", "eval")
     assert "unknown prime.run.kind='sft'" in caplog.text
     with pytest.raises(RecordError, match="local_id"):

@@ -22,7 +22,8 @@ from prime_runs_otel import semconv as sc
 from prime_runs_otel._json import clean_metric_values
 from prime_runs_otel.errors import ConfigError
 from prime_runs_otel.produce.instrument import emit_run_end
-from prime_runs_otel.read.records import RunEnd, read_span
+from prime_runs_otel.read.checks import read_span
+from prime_runs_otel.read.records import RunEnd
 from prime_runs_otel.read.spans import SpanView, from_readable_span
 
 json_values = st.recursive(

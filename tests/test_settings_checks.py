@@ -17,7 +17,7 @@ from opentelemetry.sdk.resources import OTELResourceDetector
 
 from prime_runs_otel.config import cut_resource_attributes
 from prime_runs_otel.deliver.spool import Spool
-from prime_runs_otel.read.records import run_identity
+from prime_runs_otel.read.checks import run_identity
 from prime_runs_otel.run import BSP_DEFAULTS, _bsp_settings
 
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"

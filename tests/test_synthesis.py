@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from prime_runs_otel import semconv as sc
+from prime_runs_otel.read.checks import read_span
 from prime_runs_otel.read.projection import episode_sample_rows, step_table_rows
-from prime_runs_otel.read.records import RunIdentity, UnrecordedEpisode, read_span
+from prime_runs_otel.read.records import RunIdentity, UnrecordedEpisode
 from prime_runs_otel.read.spans import SpanEventView, SpanView
 from prime_runs_otel.read.synthesis import SpanTreeBuffer, is_model_call, synthesize_record
 
@@ -732,7 +733,8 @@ _INSTRUMENTED = textwrap.dedent(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from prime_runs_otel.produce.instrument import episode_span, run_resource, score_episode
-    from prime_runs_otel.read.records import UnrecordedEpisode, read_span, run_identity
+    from prime_runs_otel.read.checks import read_span, run_identity
+    from prime_runs_otel.read.records import UnrecordedEpisode
     from prime_runs_otel.read.spans import from_readable_span
     from prime_runs_otel.read.synthesis import SpanTreeBuffer, synthesize_record
     from prime_runs_otel.testing.fake_openai import FakeOpenAI

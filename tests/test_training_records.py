@@ -26,17 +26,9 @@ from prime_runs_otel.produce.instrument import (
     score_episode,
 )
 from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.checks import derived_episode_id, read_span, record_step, run_identity
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
-from prime_runs_otel.read.records import (
-    CorruptMetrics,
-    RunIdentity,
-    RunMetrics,
-    UnrecordedEpisode,
-    derived_episode_id,
-    read_span,
-    record_step,
-    run_identity,
-)
+from prime_runs_otel.read.records import CorruptMetrics, RunIdentity, RunMetrics, UnrecordedEpisode
 from prime_runs_otel.read.spans import SpanView, from_readable_span
 
 

@@ -9,14 +9,17 @@ here, below both, and neither of those modules imports the other.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .._json import loads as fast_loads
-from .projection import EpisodeDigest, LineTemplate, digest_episode
+from .projection import EpisodeDigest, LineTemplate, digest_episode, traces_line_template
 
-__all__ = ["CorruptEpisode", "EpisodeArrival"]
+__all__ = ["CorruptEpisode", "EpisodeArrival", "episode_arrival"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class EpisodeArrival:
     ``digest`` is what the spool needs of the parsed record; the parsed
     record itself is not kept (see :class:`EpisodeDigest`). ``step`` is the
     training step the episode is *training work* of (see
-    :func:`~prime_runs_otel.read.records.record_step`); ``None`` for eval work
+    :func:`~prime_runs_otel.read.checks.record_step`); ``None`` for eval work
     and for eval runs. ``line`` is the record's Prime Traces line with a
     placeholder for the platform's run id, when whoever read the record built
     it (:func:`~prime_runs_otel.read.projection.traces_line_template`).
@@ -59,3 +62,28 @@ class CorruptEpisode:
 
     episode_id: str | None
     reason: str
+
+
+def episode_arrival(
+    record: Mapping[str, Any],
+    raw: bytes,
+    episode_id: str,
+    step: int | None,
+    *,
+    line_for: str | None = None,
+) -> EpisodeArrival | CorruptEpisode:
+    """A checked record (see :func:`~prime_runs_otel.read.checks.read_record`)
+    as the spool takes it: digested, and with its Prime Traces line template
+    when ``line_for`` names the type of a run that will upload it; or why the
+    spool cannot take it."""
+    try:
+        digest = digest_episode(record)
+    except ValueError as exc:
+        return CorruptEpisode(episode_id, f"the episode record is damaged: {exc}")
+    line = None
+    if line_for is not None:
+        try:
+            line = traces_line_template(record, line_for, step=step)
+        except Exception:  # only a shortcut: the uploader makes the line itself
+            logger.debug("no Prime Traces line template for episode %s", episode_id, exc_info=True)
+    return EpisodeArrival(episode_id, raw, digest, step, line)

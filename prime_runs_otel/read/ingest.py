@@ -13,7 +13,6 @@ holds until it is in; without a buffer such an episode is counted as lost.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -21,9 +20,8 @@ from typing import Any, TypeAlias
 
 from .. import semconv
 from .._text import shown
+from .checks import read_span, read_synthesized, run_identity
 from .episodes import CorruptEpisode, EpisodeArrival
-from .limits import check_json_value
-from .projection import digest_episode
 from .records import (
     CorruptMetrics,
     RunBatch,
@@ -32,9 +30,6 @@ from .records import (
     RunMetrics,
     RunStart,
     UnrecordedEpisode,
-    read_span,
-    record_step,
-    run_identity,
 )
 from .spans import SpanView
 from .synthesis import BufferStats, SpanTree, SpanTreeBuffer, synthesize_record
@@ -257,10 +252,9 @@ def _synthesized(tree: SpanTree, identity: RunIdentity) -> EpisodeArrival | Corr
     root = tree.root
     try:
         record = synthesize_record(root.view, tree.spans, identity)
-        raw = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        check_json_value(record, "the synthesised record")
-        digest = digest_episode(record)
-        step = record_step(record, root.view.attributes.get(semconv.RUN_STEP))
+        arrival = read_synthesized(
+            record, root.episode_id, root.view.attributes.get(semconv.RUN_STEP)
+        )
     except Exception as exc:
         logger.warning(
             "Run %s: synthesising episode %s failed: %s: %s",
@@ -270,7 +264,7 @@ def _synthesized(tree: SpanTree, identity: RunIdentity) -> EpisodeArrival | Corr
             shown(exc),
         )
         return CorruptEpisode(root.episode_id, f"its record could not be synthesised: {exc}")
-    return EpisodeArrival(root.episode_id, raw, digest, step)
+    return arrival
 
 
 def _report_buffer(before: BufferStats | None, after: BufferStats) -> None:

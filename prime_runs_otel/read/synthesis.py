@@ -38,9 +38,9 @@ from .. import semconv as sc
 from .._json import parsed_if_json as _loads
 from .._message_graph import message_node
 from .._text import shown
-from .limits import whole_number
-from .records import RunIdentity, UnrecordedEpisode, derived_episode_id
-from .records import text_or_none as _text
+from .checks import derived_episode_id, whole_number
+from .checks import text_or_none as _text
+from .records import RunIdentity, UnrecordedEpisode
 from .spans import SpanView
 
 __all__ = [
