@@ -35,8 +35,8 @@ from .read.checks import run_identity
 from .read.episodes import CorruptEpisode, EpisodeArrival
 from .read.ingest import Grouped, group_by_run
 from .read.records import RunIdentity
+from .read.span_tree import SpanTreeBuffer
 from .read.spans import from_readable_span
-from .read.synthesis import SpanTreeBuffer
 
 logger = logging.getLogger(__name__)
 

@@ -46,12 +46,14 @@ from prime_runs_otel.read.checks import (
     run_identity,
     whole_number,
 )
+from prime_runs_otel.read.dialects.calls import is_model_call
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
 from prime_runs_otel.read.ingest import group_by_run
 from prime_runs_otel.read.projection import digest_episode
 from prime_runs_otel.read.records import CorruptMetrics, RunBatch, RunIdentity
+from prime_runs_otel.read.span_tree import SpanTreeBuffer
 from prime_runs_otel.read.spans import SpanView
-from prime_runs_otel.read.synthesis import SpanTreeBuffer, is_model_call, synthesize_record
+from prime_runs_otel.read.synthesis import synthesize_record
 from prime_runs_otel.testing import FakePlatform
 
 # -- numbers, nesting and text where they enter ------------------------------------------
@@ -234,7 +236,7 @@ def test_the_children_index_always_matches_the_held_spans(
     steps: list[tuple[bool, int, int | None]],
 ) -> None:
     """The index that makes tree matching linear never drifts from a full scan."""
-    from prime_runs_otel.read.synthesis import _TraceState
+    from prime_runs_otel.read.span_tree import _TraceState
 
     state = _TraceState()
     for add, span_id, parent in steps:

@@ -23,10 +23,12 @@ import pytest
 
 from prime_runs_otel import semconv as sc
 from prime_runs_otel.read.checks import read_span
+from prime_runs_otel.read.dialects.calls import is_model_call
 from prime_runs_otel.read.projection import episode_sample_rows, step_table_rows
 from prime_runs_otel.read.records import RunIdentity, UnrecordedEpisode
+from prime_runs_otel.read.span_tree import SpanTreeBuffer
 from prime_runs_otel.read.spans import SpanEventView, SpanView
-from prime_runs_otel.read.synthesis import SpanTreeBuffer, is_model_call, synthesize_record
+from prime_runs_otel.read.synthesis import synthesize_record
 
 TRACE = 0xABC
 RESOURCE = {sc.RUN_ID: "local-run", sc.RUN_KIND: "train"}
@@ -736,7 +738,8 @@ _INSTRUMENTED = textwrap.dedent(
     from prime_runs_otel.read.checks import read_span, run_identity
     from prime_runs_otel.read.records import UnrecordedEpisode
     from prime_runs_otel.read.spans import from_readable_span
-    from prime_runs_otel.read.synthesis import SpanTreeBuffer, synthesize_record
+    from prime_runs_otel.read.span_tree import SpanTreeBuffer
+    from prime_runs_otel.read.synthesis import synthesize_record
     from prime_runs_otel.testing.fake_openai import FakeOpenAI
 
     exporter = InMemorySpanExporter()

@@ -32,8 +32,8 @@ from ..deliver.uploader import Uploader
 from ..read.ingest import group_by_run
 from ..read.otlp import span_views
 from ..read.records import RunBatch
+from ..read.span_tree import SpanTree, SpanTreeBuffer
 from ..read.spans import SpanView
-from ..read.synthesis import SpanTree, SpanTreeBuffer
 
 logger = logging.getLogger(__name__)
 

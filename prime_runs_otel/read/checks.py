@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -64,6 +65,7 @@ __all__ = [
     "check_json_value",
     "decode_blob",
     "derived_episode_id",
+    "finite_number",
     "read_record",
     "read_span",
     "read_synthesized",
@@ -411,6 +413,15 @@ def whole_number(value: Any) -> int | None:
         value = int(value)
     if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
         return value
+    return None
+
+
+def finite_number(value: Any) -> float | None:
+    """An int or float attribute as a finite float, else ``None`` (a bool is no
+    number, and neither is NaN or infinity)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+        return number if math.isfinite(number) else None
     return None
 
 

@@ -31,8 +31,9 @@ from .records import (
     RunStart,
     UnrecordedEpisode,
 )
+from .span_tree import BufferStats, SpanTree, SpanTreeBuffer
 from .spans import SpanView
-from .synthesis import BufferStats, SpanTree, SpanTreeBuffer, synthesize_record
+from .synthesis import synthesize_record
 
 __all__ = ["Grouped", "group_by_run"]
 
