@@ -23,7 +23,6 @@ from prime_runs_otel.read.projection import (
     MAX_SAMPLES_PAYLOAD_BYTES,
     SampleTooLargeError,
     SummaryAccumulator,
-    _BuiltinSum,
     batch_sample_rows,
     encode_sample_batches,
     encode_samples_body,
@@ -33,6 +32,7 @@ from prime_runs_otel.read.projection import (
     summary_trace_index,
     traces_line,
 )
+from prime_runs_otel.read.projection.summary import _BuiltinSum
 
 Record = dict[str, Any]
 MiB = 1024 * 1024

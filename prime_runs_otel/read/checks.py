@@ -46,7 +46,7 @@ from .. import semconv as sc
 from .._json import MAX_NESTING, nested_deeper_than, parse
 from ..errors import RecordError
 from .episodes import CorruptEpisode, EpisodeArrival, episode_arrival
-from .projection import digest_episode
+from .projection.summary import digest_episode
 from .records import (
     CorruptMetrics,
     RunEnd,

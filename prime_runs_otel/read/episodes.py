@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._json import loads as fast_loads
-from .projection import EpisodeDigest, LineTemplate, digest_episode, traces_line_template
+from .projection.summary import EpisodeDigest, digest_episode
+from .projection.traces_lines import LineTemplate, traces_line_template
 
 __all__ = ["CorruptEpisode", "EpisodeArrival", "episode_arrival"]
 
@@ -34,7 +35,7 @@ class EpisodeArrival:
     :func:`~prime_runs_otel.read.checks.record_step`); ``None`` for eval work
     and for eval runs. ``line`` is the record's Prime Traces line with a
     placeholder for the platform's run id, when whoever read the record built
-    it (:func:`~prime_runs_otel.read.projection.traces_line_template`).
+    it (:func:`~prime_runs_otel.read.projection.traces_lines.traces_line_template`).
     """
 
     episode_id: str
