@@ -152,7 +152,7 @@ EPISODE_RECORD_IN_PROCESS: Final = "prime.episode.record.in_process"
 #
 # A span that carries EPISODE_EXAMPLE_ID but no EPISODE_RECORD is such an
 # episode: its record is synthesised from its descendants (see
-# ``prime_runs_otel.synthesis``). EPISODE_ID is optional there; without it
+# ``prime_runs_otel.read.synthesis``). EPISODE_ID is optional there; without it
 # the episode's id is derived from the span's trace and span ids, so a
 # collector's duplicate is still the same episode. Rewards come from
 # EPISODE_REWARD, AGENT_REWARD_PREFIX attributes and evaluation events.

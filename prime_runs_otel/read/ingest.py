@@ -2,13 +2,15 @@
 
 The one step between "spans arrived" and "the spool commits them", shared by
 the in-process exporter and the OTLP receiver so both treat the same spans
-the same way: grouped by the Resource's run, run events, step metrics and
-episode records read off the spans, corrupted records and unattributable
-episodes counted.
+the same way. Each span is checked once (:mod:`~prime_runs_otel.read.checks`)
+into what it means to its run, and filed under the run its Resource names:
+run events, step metrics and episode records; corrupted records and
+unattributable episodes are counted.
 
 Episode spans without a record (code traced by another instrumentation) get
-theirs synthesised from their span tree, which a :class:`SpanTreeBuffer`
-holds until it is in; without a buffer such an episode is counted as lost.
+theirs synthesised from their span tree (:mod:`~prime_runs_otel.read.synthesis`),
+which a :class:`~prime_runs_otel.read.span_tree.SpanTreeBuffer` holds until it
+is in; without a buffer such an episode is counted as lost.
 """
 
 from __future__ import annotations

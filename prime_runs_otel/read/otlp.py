@@ -1,4 +1,4 @@
-"""OTLP trace requests → :class:`~prime_runs_otel.spans.SpanView`.
+"""OTLP trace requests → :class:`~prime_runs_otel.read.spans.SpanView`.
 
 Behind a collector, spans arrive as an OTLP ``ExportTraceServiceRequest``,
 encoded as protobuf (OTLP/gRPC and OTLP/HTTP) or as OTLP/JSON. This module

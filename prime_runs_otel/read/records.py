@@ -104,7 +104,7 @@ class RunEnd:
 @dataclass(frozen=True)
 class UnrecordedEpisode:
     """An episode span without a record: its record is to be synthesised from
-    the spans under it once they are all in (``prime_runs_otel.synthesis``)."""
+    the spans under it once they are all in (:mod:`prime_runs_otel.read.synthesis`)."""
 
     episode_id: str
     view: SpanView
