@@ -34,14 +34,10 @@ from ... import semconv as sc
 from ..._json import clean_metric_values
 from ...config import env_flag, resolve_settings
 from ...errors import PrimeRunsOtelError
-from ...produce.instrument import (
-    emit_metrics,
-    emit_run_end,
-    emit_run_start,
-    normalize_config,
-    record_episode,
-    run_resource,
-)
+from ...produce.episode import record_episode
+from ...produce.resource import run_resource
+from ...produce.run_config import normalize_config
+from ...produce.run_spans import emit_metrics, emit_run_end, emit_run_start
 from ...run import (
     CHILD_SPANS_ENV,
     QueueGauge,
