@@ -138,6 +138,7 @@ def test_patching_waits_for_prime_runs_and_costs_nothing_before() -> None:
         _hook.install()
         loaded = set(sys.modules) - before
         ours = {"prime_runs_otel", "prime_runs_otel.instrumentation",
+                "prime_runs_otel.instrumentation.hook",
                 "prime_runs_otel.instrumentation.prime_runs",
                 "prime_runs_otel.instrumentation.prime_runs._hook"}
         assert not [m for m in loaded - ours if not m.startswith("_")], loaded
