@@ -53,7 +53,7 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
     def init(**kwargs: Any) -> Any:
         # Imported on the first call: only a process that opens a run loads
         # the pipeline (the SDK, the spool, the platform clients).
-        from .run import init_run
+        from .patched_init import init_run
 
         return init_run(original, **kwargs)
 
