@@ -19,16 +19,11 @@ if TYPE_CHECKING:
     from .config import Settings, resolve_settings
     from .errors import ConfigError, PrimeRunsOtelError, RecordError
     from .exporter import PrimeRunsSpanExporter
-    from .produce.instrument import (
-        emit_metrics,
-        emit_run_end,
-        emit_run_start,
-        episode_span,
-        normalize_config,
-        record_episode,
-        run_resource,
-        score_episode,
-    )
+    from .produce.episode import record_episode
+    from .produce.resource import run_resource
+    from .produce.run_config import normalize_config
+    from .produce.run_spans import emit_metrics, emit_run_end, emit_run_start
+    from .produce.traced_episode import episode_span, score_episode
     from .run import Run, RunFinishedError, RunResult, start_run
     from .tracing import TracingExporter
 
@@ -43,14 +38,14 @@ _LOCATIONS = {
     "PrimeRunsOtelError": ".errors",
     "RecordError": ".errors",
     "PrimeRunsSpanExporter": ".exporter",
-    "emit_metrics": ".produce.instrument",
-    "emit_run_end": ".produce.instrument",
-    "emit_run_start": ".produce.instrument",
-    "episode_span": ".produce.instrument",
-    "normalize_config": ".produce.instrument",
-    "record_episode": ".produce.instrument",
-    "run_resource": ".produce.instrument",
-    "score_episode": ".produce.instrument",
+    "emit_metrics": ".produce.run_spans",
+    "emit_run_end": ".produce.run_spans",
+    "emit_run_start": ".produce.run_spans",
+    "episode_span": ".produce.traced_episode",
+    "normalize_config": ".produce.run_config",
+    "record_episode": ".produce.episode",
+    "run_resource": ".produce.resource",
+    "score_episode": ".produce.traced_episode",
     "Run": ".run",
     "RunFinishedError": ".run",
     "RunResult": ".run",

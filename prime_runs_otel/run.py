@@ -28,16 +28,11 @@ from .config import Settings, env_flag, resolve_settings
 from .deliver.advice import next_step
 from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
+from .produce.episode import prepare_episode, record_episode
 from .produce.handoff import Handoff
-from .produce.instrument import (
-    emit_metrics,
-    emit_run_end,
-    emit_run_start,
-    normalize_config,
-    prepare_episode,
-    record_episode,
-    run_resource,
-)
+from .produce.resource import run_resource
+from .produce.run_config import normalize_config
+from .produce.run_spans import emit_metrics, emit_run_end, emit_run_start
 from .read.checks import read_record
 from .read.projection import parquet_available
 from .tracing import TracingExporter

@@ -35,7 +35,7 @@ from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.lines import LineCache
 from prime_runs_otel.errors import RecordError
 from prime_runs_otel.exporter import PrimeRunsSpanExporter
-from prime_runs_otel.produce.instrument import record_episode
+from prime_runs_otel.produce.episode import record_episode
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.read.checks import MAX_NESTING, check_json_value, read_span
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival

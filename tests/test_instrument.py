@@ -26,14 +26,10 @@ from opentelemetry.trace import SpanKind, StatusCode, Tracer
 from prime_runs_otel import semconv as sc
 from prime_runs_otel._json import dumps_record
 from prime_runs_otel.errors import ConfigError, RecordError
-from prime_runs_otel.produce.instrument import (
-    MAX_CONFIG_SOURCE_BYTES,
-    emit_run_end,
-    emit_run_start,
-    normalize_config,
-    record_episode,
-    run_resource,
-)
+from prime_runs_otel.produce.episode import record_episode
+from prime_runs_otel.produce.resource import run_resource
+from prime_runs_otel.produce.run_config import MAX_CONFIG_SOURCE_BYTES, normalize_config
+from prime_runs_otel.produce.run_spans import emit_run_end, emit_run_start
 from prime_runs_otel.produce.synthetic import synthetic_episode
 from prime_runs_otel.read.checks import read_span
 from prime_runs_otel.read.episodes import EpisodeArrival

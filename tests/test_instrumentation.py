@@ -138,6 +138,7 @@ def test_patching_waits_for_prime_runs_and_costs_nothing_before() -> None:
         _hook.install()
         loaded = set(sys.modules) - before
         ours = {"prime_runs_otel", "prime_runs_otel.instrumentation",
+                "prime_runs_otel.instrumentation.hook",
                 "prime_runs_otel.instrumentation.prime_runs",
                 "prime_runs_otel.instrumentation.prime_runs._hook"}
         assert not [m for m in loaded - ours if not m.startswith("_")], loaded
@@ -620,7 +621,10 @@ env_text = st.characters(exclude_characters="\x00", exclude_categories=("Cs",))
 @settings(max_examples=200, deadline=None)
 @given(st.text(env_text, max_size=12))
 def test_the_init_timeout_setting_is_a_number_or_a_clear_error(raw: str) -> None:
-    from prime_runs_otel.instrumentation.prime_runs.run import INIT_TIMEOUT_ENV, _init_timeout
+    from prime_runs_otel.instrumentation.prime_runs.patched_init import (
+        INIT_TIMEOUT_ENV,
+        _init_timeout,
+    )
 
     saved = os.environ.get(INIT_TIMEOUT_ENV)
     os.environ[INIT_TIMEOUT_ENV] = raw
@@ -641,7 +645,8 @@ def test_the_init_timeout_setting_is_a_number_or_a_clear_error(raw: str) -> None
 @settings(max_examples=100, deadline=None)
 @given(st.text(env_text, max_size=30))
 def test_any_exporter_name_is_used_or_refused_with_what_to_do(raw: str) -> None:
-    from prime_runs_otel.instrumentation.prime_runs.run import _exporter_names, _load_exporter
+    from prime_runs_otel.instrumentation.delivery import exporter_names as _exporter_names
+    from prime_runs_otel.instrumentation.prime_runs.patched_init import _load_exporter
 
     saved = os.environ.get("OTEL_TRACES_EXPORTER")
     os.environ["OTEL_TRACES_EXPORTER"] = raw

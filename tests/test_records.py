@@ -24,12 +24,9 @@ from opentelemetry.trace import Status, StatusCode
 
 from prime_runs_otel import semconv as sc
 from prime_runs_otel.errors import RecordError
-from prime_runs_otel.produce.instrument import (
-    emit_run_end,
-    emit_run_start,
-    record_episode,
-    run_resource,
-)
+from prime_runs_otel.produce.episode import record_episode
+from prime_runs_otel.produce.resource import run_resource
+from prime_runs_otel.produce.run_spans import emit_run_end, emit_run_start
 from prime_runs_otel.produce.synthetic import synthetic_episode
 from prime_runs_otel.read.checks import decode_blob, read_span, run_identity
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival

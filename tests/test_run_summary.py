@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prime_runs_otel import semconv as sc
 from prime_runs_otel._json import clean_metric_values
 from prime_runs_otel.errors import ConfigError
-from prime_runs_otel.produce.instrument import emit_run_end
+from prime_runs_otel.produce.run_spans import emit_run_end
 from prime_runs_otel.read.checks import read_span
 from prime_runs_otel.read.records import RunEnd
 from prime_runs_otel.read.spans import SpanView, from_readable_span

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from prime_runs_otel import run_resource
 from prime_runs_otel import semconv as sc
-from prime_runs_otel.produce.instrument import episode_span, score_episode
+from prime_runs_otel.produce.traced_episode import episode_span, score_episode
 from prime_runs_otel.read.checks import run_identity
 from prime_runs_otel.read.otlp import decode_json, decode_protobuf, span_views
 from prime_runs_otel.read.spans import SpanEventView, SpanView, from_readable_span

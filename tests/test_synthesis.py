@@ -734,7 +734,8 @@ _INSTRUMENTED = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from prime_runs_otel.produce.instrument import episode_span, run_resource, score_episode
+    from prime_runs_otel.produce.resource import run_resource
+    from prime_runs_otel.produce.traced_episode import episode_span, score_episode
     from prime_runs_otel.read.checks import read_span, run_identity
     from prime_runs_otel.read.records import UnrecordedEpisode
     from prime_runs_otel.read.spans import from_readable_span

@@ -34,7 +34,7 @@ from prime_runs_otel.collector.receiver import ReceiverConfig, SpanIntake
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.errors import ConfigError
-from prime_runs_otel.produce.instrument import episode_span, score_episode
+from prime_runs_otel.produce.traced_episode import episode_span, score_episode
 from prime_runs_otel.read.projection import episode_sample_rows
 from prime_runs_otel.testing import FakePlatform
 
@@ -280,7 +280,7 @@ _PRODUCER = textwrap.dedent(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from prime_runs_otel import emit_run_end, emit_run_start, run_resource
-    from prime_runs_otel.produce.instrument import episode_span, score_episode
+    from prime_runs_otel.produce.traced_episode import episode_span, score_episode
     from prime_runs_otel.testing.fake_openai import FakeOpenAI
 
     memory = InMemorySpanExporter()

@@ -56,7 +56,7 @@ TRACED_WORKER = textwrap.dedent(
     import openai
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     import prime_runs_otel as pro
-    from prime_runs_otel.produce.instrument import episode_span, score_episode
+    from prime_runs_otel.produce.traced_episode import episode_span, score_episode
     from prime_runs_otel.testing.fake_openai import FakeOpenAI
 
     run_key, steps = sys.argv[1], [int(step) for step in sys.argv[2].split(",")]

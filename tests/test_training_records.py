@@ -18,14 +18,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from prime_runs_otel import semconv as sc
 from prime_runs_otel.errors import ConfigError
-from prime_runs_otel.produce.instrument import (
-    emit_metrics,
-    episode_span,
-    record_episode,
-    run_resource,
-    score_episode,
-)
+from prime_runs_otel.produce.episode import record_episode
+from prime_runs_otel.produce.resource import run_resource
+from prime_runs_otel.produce.run_spans import emit_metrics
 from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.produce.traced_episode import episode_span, score_episode
 from prime_runs_otel.read.checks import derived_episode_id, read_span, record_step, run_identity
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
 from prime_runs_otel.read.records import CorruptMetrics, RunIdentity, RunMetrics, UnrecordedEpisode

@@ -15,7 +15,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, and should not make every launch wait for the pipeline's imports."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"] and not {"-h", "--help"} & set(args[1:2]):
-        from ..instrumentation.prime_runs.launcher import run_command
+        from ..instrumentation.launcher import run_command
 
         return run_command(args[1:])
     from .main import main as full_main

@@ -58,7 +58,7 @@ def cmd_fake_platform(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..instrumentation.prime_runs.launcher import launch
+    from ..instrumentation.launcher import launch
 
     launch(args.command)
     return EXIT_USAGE  # not reached: launch() replaces this process or raises

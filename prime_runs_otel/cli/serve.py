@@ -45,13 +45,10 @@ from ..collector.receiver import (
 )
 from ..config import resolve_settings
 from ..errors import PrimeRunsOtelError
-from ..produce.instrument import (
-    emit_run_end,
-    emit_run_start,
-    normalize_config,
-    record_episode,
-    run_resource,
-)
+from ..produce.episode import record_episode
+from ..produce.resource import run_resource
+from ..produce.run_config import normalize_config
+from ..produce.run_spans import emit_run_end, emit_run_start
 from ..produce.traces_jsonl import environments_of, read_records, traces_file
 from .arguments import non_negative_float, port_number, positive_float, positive_int
 

@@ -11,6 +11,11 @@ The run's spans go to the exporter ``OTEL_TRACES_EXPORTER`` names:
 ``prime_runs`` delivers in process (spool, then platform); ``otlp`` sends
 OTLP to a collector and ``prime-runs-otel serve``. prime-runs' own transport
 sends nothing.
+
+The mapping, on the plumbing every instrumentation shares (``..hook``,
+``..delivery``, the launcher): ``_hook.py`` patches ``prime_runs.init``,
+``patched_init.py`` answers it, ``run_spec.py`` checks its arguments as
+prime-runs does, and ``run.py`` is the run it hands back.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Start-up hook of ``prime-runs-otel run``: every Python process the command
-starts (its folder is first on ``PYTHONPATH``) patches ``prime_runs`` once it
-is imported, and otherwise pays only for this file. Then the
-``sitecustomize`` this one hides, if the interpreter has one, runs as usual."""
+starts (its folder is first on ``PYTHONPATH``) installs each
+instrumentation's hook, which patches its package once it is imported, and
+otherwise pays only for these few files. Then the ``sitecustomize`` this one
+hides, if the interpreter has one, runs as usual."""
 
 import os
 import sys
@@ -9,12 +10,12 @@ import sys
 
 def _instrument() -> None:
     try:
-        from prime_runs_otel.instrumentation.prime_runs import _hook
+        from prime_runs_otel.instrumentation import startup
     except ImportError:
         # Another interpreter (a system tool, a harness in its own venv):
         # nothing of this package is there to report with, and nothing to say.
         return
-    _hook.install()
+    startup.install_hooks()
 
 
 def _run_hidden_sitecustomize() -> None:

@@ -1,14 +1,14 @@
-"""``prime-runs-otel run -- COMMAND ...``: the instrumentation without
+"""``prime-runs-otel run -- COMMAND ...``: the instrumentations without
 ``opentelemetry-distro``.
 
 Like ``opentelemetry-instrument``, it puts a folder holding a
 ``sitecustomize`` first on ``PYTHONPATH`` and replaces itself with the
 command, so the command's exit code and signals are its own. Every Python
-process the command starts inherits the variable and installs the
-``prime_runs`` hook (standard library only); a process that imports
-``prime_runs`` reports its runs through this package, the others pay
-nothing more. Runs go to the exporter ``OTEL_TRACES_EXPORTER`` names,
-``prime_runs`` (in process) unless it says otherwise.
+process the command starts inherits the variable and installs each
+instrumentation's hook (``startup.py``; standard library only); a process
+that imports an instrumented package reports its runs through this package,
+the others pay nothing more. Runs go to the exporter ``OTEL_TRACES_EXPORTER``
+names, ``prime_runs`` (in process) unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ...errors import ConfigError
+from ..errors import ConfigError
 
 STARTUP_DIR = Path(__file__).resolve().parent / "_startup"
 

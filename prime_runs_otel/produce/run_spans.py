@@ -1,0 +1,147 @@
+"""The spans about the run rather than an episode: its start (carrying the
+config), a training step's metrics, and its end (the status, and how many
+episodes were recorded, so that a consumer seeing spans out of order knows
+what is still in flight).
+
+Spans rather than Resource attributes: what they carry can be large, and is
+sent once instead of on every exported batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.trace import Status, StatusCode, Tracer
+
+from .. import semconv as sc
+from .._json import clean_metric_values
+from ..errors import ConfigError
+from ._fields import Attributes, compact_json, is_int
+from .blobs import set_blob
+from .span_times import epoch_ns
+
+__all__ = ["emit_metrics", "emit_run_end", "emit_run_start"]
+
+
+_ERROR_STATUSES = frozenset({"failed", "crashed"})
+
+
+def emit_run_start(tracer: Tracer, config: Mapping[str, Any]) -> None:
+    """Send the run config once, on its own span.
+
+    A span of its own (rather than a Resource attribute) because the config
+    can be large and must be sent once, not repeated on every exported batch.
+    """
+    try:
+        text = compact_json(config)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the run config is not JSON-serialisable ({exc}); pass plain "
+            "str/int/float/bool/list/dict values"
+        ) from exc
+    # A kind, so tracing backends do not show the run's boundaries as "unknown".
+    span = tracer.start_span(
+        sc.RUN_START_SPAN, attributes={sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_CHAIN}
+    )
+    try:
+        set_blob(span, tracer, sc.RUN_CONFIG, text)
+    finally:
+        span.end()
+
+
+def emit_run_end(
+    tracer: Tracer,
+    status: str,
+    error: str | None = None,
+    *,
+    episodes_recorded: int | None = None,
+    summary: Mapping[str, Any] | None = None,
+    episodes_unencodable: int = 0,
+) -> None:
+    """Close the run with its terminal status.
+
+    ``episodes_recorded`` lets a consumer that sees spans out of order (behind
+    a collector) wait for episodes still in flight before it finalizes.
+    ``summary`` is the run's summary as the producer wants it shown; left
+    out, the consumer aggregates one from the episodes.
+    ``episodes_unencodable`` counts those left out because their record could
+    not be encoded, so the run's record says so.
+    """
+    if status not in sc.RUN_STATUSES:
+        raise ValueError(f"status={status!r} is not one of {', '.join(sc.RUN_STATUSES)}")
+    attributes: Attributes = {sc.RUN_STATUS: status}
+    if error:
+        attributes[sc.RUN_ERROR] = error
+    if episodes_recorded is not None:
+        attributes[sc.RUN_EPISODES_RECORDED] = int(episodes_recorded)
+    if episodes_unencodable:
+        attributes[sc.RUN_EPISODES_UNENCODABLE] = int(episodes_unencodable)
+    # What a tracing backend shows for the run's end: its kind, and the outcome.
+    attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OPENINFERENCE_CHAIN
+    outcome = status if episodes_recorded is None else f"{status}, {episodes_recorded} episode(s)"
+    attributes[sc.OUTPUT_VALUE] = f"{outcome}: {error}" if error else outcome
+    text = None
+    if summary is not None:
+        try:
+            text = json.dumps(clean_metric_values(summary), separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"the run summary is not JSON-serialisable ({exc}); pass plain "
+                "str/int/float/bool/list/dict values"
+            ) from exc
+    span = tracer.start_span(sc.RUN_END_SPAN, attributes=attributes)
+    try:
+        if status in _ERROR_STATUSES:
+            span.set_status(Status(StatusCode.ERROR, error or status))
+        if text is not None:
+            set_blob(span, tracer, sc.RUN_SUMMARY, text)
+    finally:
+        span.end()
+
+
+def emit_metrics(
+    tracer: Tracer,
+    values: Mapping[str, Any],
+    *,
+    step: int | None = None,
+    timestamp: float | None = None,
+) -> int:
+    """Report one training step's metrics on a span of its own; returns the step.
+
+    ``step`` is required, here or as ``values["step"]`` (which wins, as in
+    prime-runs). Non-finite numbers are dropped rather than refused: a NaN
+    loss is a fact about the step, not a reason to lose the whole row. The
+    platform keeps one row per step, so logging a step again replaces it.
+    """
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"metrics must be a mapping of names to values, got {type(values)}")
+    row = clean_metric_values(values)
+    chosen = row.pop("step", step)
+    if not is_int(chosen) or chosen < 0:
+        raise ConfigError(
+            f"a metrics row needs its training step as a whole number of 0 or more "
+            f"(step=... or values['step']), got {chosen!r}"
+        )
+    logged_at = row.pop("_timestamp", timestamp)
+    if not isinstance(logged_at, (int, float)) or not math.isfinite(logged_at):
+        logged_at = time.time()
+    try:
+        text = json.dumps(row, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the metrics of step {chosen} are not JSON-serialisable ({exc}); pass plain "
+            "str/int/float/bool/list/dict values"
+        ) from exc
+    attributes: Attributes = {sc.RUN_STEP: int(chosen), sc.RUN_METRICS_TIMESTAMP: float(logged_at)}
+    span = tracer.start_span(
+        sc.RUN_METRICS_SPAN, attributes=attributes, start_time=epoch_ns(logged_at) or time.time_ns()
+    )
+    try:
+        set_blob(span, tracer, sc.RUN_METRICS_VALUES, text)
+    finally:
+        span.end()
+    return int(chosen)
