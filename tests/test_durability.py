@@ -583,7 +583,7 @@ def test_retry_after_is_honoured_beyond_the_backoff_cap(online: FakePlatform) ->
 def test_outage_longer_than_any_retry_budget_loses_nothing(
     online: FakePlatform, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="prime_runs_otel.deliver.uploader")
+    caplog.set_level(logging.DEBUG, logger="prime_runs_otel.deliver.backoff")
     records = list(synthetic_episodes(60, seed=12))
     run = pro.start_run(name="outage", environments=["env-a"])
     for record in records[:20]:
