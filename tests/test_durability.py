@@ -31,8 +31,7 @@ import pytest
 import prime_runs_otel as pro
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.produce.synthetic import synthetic_episodes
-from prime_runs_otel.testing import FakePlatform
-from prime_runs_otel.testing.fake_platform import RecordedRequest
+from prime_runs_otel.testing import FakePlatform, RecordedRequest
 
 SUBPROCESS_TIMEOUT = 120
 
