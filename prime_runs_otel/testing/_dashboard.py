@@ -13,7 +13,7 @@ import html
 import json
 import re
 
-from ._http import Request, Response, Route, route
+from ._http import RUN_ID, Request, Response, Route, route
 from ._store import Store
 
 
@@ -25,7 +25,7 @@ class Dashboard:
         return [
             route(
                 "GET",
-                r"/dashboard/(?:evaluations|training)/(?P<run_id>[^/]+)",
+                rf"/dashboard/(?:evaluations|training)/{RUN_ID}",
                 self._page,
                 "dashboard",
             )

@@ -17,6 +17,7 @@ from typing import Protocol, cast
 from ._fields import environment_refs, optional_object, optional_str, query_int, required_str
 from ._http import (
     MIB,
+    RUN_ID,
     JSONObject,
     Request,
     Response,
@@ -50,14 +51,13 @@ class Evaluations:
         self._platform = platform
 
     def routes(self) -> list[Route]:
-        run = r"(?P<run_id>[^/]+)"
         return [
             route("POST", r"/api/v1/evaluations/?", self._create),
             route("GET", r"/api/v1/evaluations/?", self._list),
-            route("GET", rf"/api/v1/evaluations/{run}", self._get),
-            route("PUT", rf"/api/v1/evaluations/{run}", self._update),
-            route("POST", rf"/api/v1/evaluations/{run}/finalize", self._finalize),
-            route("POST", rf"/api/v1/evaluations/{run}/samples", self._push_samples),
+            route("GET", rf"/api/v1/evaluations/{RUN_ID}", self._get),
+            route("PUT", rf"/api/v1/evaluations/{RUN_ID}", self._update),
+            route("POST", rf"/api/v1/evaluations/{RUN_ID}/finalize", self._finalize),
+            route("POST", rf"/api/v1/evaluations/{RUN_ID}/samples", self._push_samples),
         ]
 
     def _create(self, request: Request, match: re.Match[str]) -> Response:

@@ -82,6 +82,10 @@ class Route:
     service: Service = "api"
 
 
+#: A run id in a route's path, captured as ``run_id``.
+RUN_ID = r"(?P<run_id>[^/]+)"
+
+
 def route(method: str, pattern: str, handle: RouteHandler, service: Service = "api") -> Route:
     """A route for requests whose whole path matches ``pattern``."""
     return Route(method, re.compile(f"^{pattern}$"), handle, service)

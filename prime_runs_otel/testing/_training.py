@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 
 from ._fields import environment_refs, optional_object, optional_str, required_int, required_str
 from ._http import (
+    RUN_ID,
     JSONObject,
     Request,
     Response,
@@ -48,11 +49,10 @@ class TrainingRuns:
         self._platform = platform
 
     def routes(self) -> list[Route]:
-        run = r"(?P<run_id>[^/]+)"
         return [
             route("POST", r"/api/v1/rft/external-runs", self._create),
-            route("GET", rf"/api/v1/rft/external-runs/{run}", self._get),
-            route("PUT", rf"/api/v1/rft/external-runs/{run}/status", self._status),
+            route("GET", rf"/api/v1/rft/external-runs/{RUN_ID}", self._get),
+            route("PUT", rf"/api/v1/rft/external-runs/{RUN_ID}/status", self._status),
             route("POST", r"/api/v1/rft/metrics", self._metrics_row),
             route("POST", r"/api/v1/rft/finalize", self._finalize),
             route("POST", r"/api/v1/rft/samples/presign", self._presign_samples),

@@ -42,9 +42,8 @@ class StepTablesSink:
         self._clients = clients
 
     def send(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
-        """Episodes of every 10th training step as one Parquet object per step;
-        the rest reach no table (and are not a loss: the table never held
-        them)."""
+        """One object per step of every 10th; the other steps' episodes are
+        marked skipped."""
         assert run.platform_id is not None
         try:
             require_parquet()
