@@ -31,8 +31,7 @@ import pytest
 import prime_runs_otel as pro
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.produce.synthetic import synthetic_episodes
-from prime_runs_otel.testing import FakePlatform
-from prime_runs_otel.testing.fake_platform import RecordedRequest
+from prime_runs_otel.testing import FakePlatform, RecordedRequest
 
 SUBPROCESS_TIMEOUT = 120
 
@@ -583,7 +582,7 @@ def test_retry_after_is_honoured_beyond_the_backoff_cap(online: FakePlatform) ->
 def test_outage_longer_than_any_retry_budget_loses_nothing(
     online: FakePlatform, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="prime_runs_otel.deliver.uploader")
+    caplog.set_level(logging.DEBUG, logger="prime_runs_otel.deliver.backoff")
     records = list(synthetic_episodes(60, seed=12))
     run = pro.start_run(name="outage", environments=["env-a"])
     for record in records[:20]:

@@ -18,7 +18,7 @@ from prime_runs.projection import build_samples
 from prime_runs.run import _clean_metrics  # the reference cleaning applied at finish
 
 import prime_runs_otel as pro
-from prime_runs_otel.deliver.uploader import MARKER_KEY
+from prime_runs_otel.deliver.eval_run import MARKER_KEY
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 

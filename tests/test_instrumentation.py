@@ -30,7 +30,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prime_runs_otel.deliver.uploader import MARKER_KEY
+from prime_runs_otel.deliver.eval_run import MARKER_KEY
 from prime_runs_otel.instrumentation.prime_runs import PrimeRunsInstrumentor
 from prime_runs_otel.instrumentation.prime_runs import _hook as hook
 from prime_runs_otel.instrumentation.prime_runs.run import InstrumentedRun

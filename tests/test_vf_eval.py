@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from prime_runs_otel.deliver.uploader import MARKER_KEY
+from prime_runs_otel.deliver.eval_run import MARKER_KEY
 from prime_runs_otel.testing import FakePlatform
 from prime_runs_otel.testing.fake_openai import FakeOpenAI
 

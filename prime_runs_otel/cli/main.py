@@ -51,7 +51,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_fake_platform(args: argparse.Namespace) -> int:
-    from ..testing.fake_platform import main as fake_main
+    from ..testing import main as fake_main
 
     argv = ["--host", args.host, "--port", str(args.port), "--api-key", args.api_key]
     return fake_main(argv)

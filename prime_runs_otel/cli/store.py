@@ -26,7 +26,8 @@ from .._text import one_line
 from ..config import Settings, resolve_settings
 from ..deliver.advice import next_step
 from ..deliver.spool import RunRow, Spool
-from ..deliver.uploader import Uploader, run_summary
+from ..deliver.summary import run_summary
+from ..deliver.uploader import Uploader
 from ..errors import PrimeRunsOtelError
 from ..read.projection import TraceScores, episode_sample_rows, summary_trace_index, traces_line
 from .arguments import non_negative_float, positive_int

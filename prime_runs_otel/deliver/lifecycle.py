@@ -1,5 +1,6 @@
 """The steps of a run's platform lifecycle that eval and training runs share:
-recording that the platform has the run, and closing it.
+recording that the platform has the run (or refused it for good), deciding
+that the run is whole and may close, and closing it.
 
 An eval run is closed through the evaluations API, a training run through
 the RFT API, but the decision is the same: a completed run is finalized; a
@@ -14,11 +15,38 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from .platform.http import PlatformError
 from .spool import RunRow, Spool
 
 logger = logging.getLogger(__name__)
+
+#: After the end span, how long to wait for episodes a collector delivers
+#: late (the end span says how many the producer recorded).
+STRAGGLER_GRACE = 30.0
+
+
+class RunLifecycle(Protocol):
+    """What the uploader asks of each kind of run (``eval_run.py``,
+    ``training_run.py``). Each call finishes its step, records a permanent
+    failure on the run, or raises :class:`~.backoff.Backoff`."""
+
+    def create(self, run: RunRow) -> None:
+        """Have the platform hold the run, exactly once."""
+        ...
+
+    def deliver(self, run: RunRow) -> None:
+        """Advance the created run: its episodes, then its close once it
+        ended and is whole."""
+        ...
+
+
+def reload(spool: Spool, run: RunRow) -> RunRow:
+    """``run`` as the spool holds it now."""
+    fresh = spool.run(run.local_id)
+    assert fresh is not None, "runs are never deleted from the spool"
+    return fresh
 
 
 def mark_created(
@@ -35,6 +63,43 @@ def mark_created(
         name=name or run.name,
     )
     logger.info("Run %s is %s %s: %s", run.local_id, what, platform_id, url)
+
+
+def fail_create(spool: Spool, run: RunRow, reason: str) -> None:
+    """The platform will not have the run (``reason``) until somebody acts:
+    it stops being delivered, and ``push`` tries again."""
+    logger.error(
+        "Run %s cannot be created on the platform: %s. Its episodes stay in the spool "
+        "(%s); fix the cause and run `prime-runs-otel push %s`.",
+        run.local_id,
+        reason,
+        spool.path,
+        run.local_id,
+    )
+    spool.update_run(
+        run.local_id,
+        create_state="failed",
+        last_error=reason,
+        close_state="gave_up" if run.end_status else run.close_state,
+    )
+
+
+def ready_to_close(spool: Spool, run: RunRow) -> bool:
+    """Nothing of the ended ``run`` is pending, and every episode the
+    producer recorded has arrived (or the wait for stragglers is over)."""
+    if spool.pending_count(run.local_id):
+        return False
+    if run.end_expected is not None and run.episodes + run.duplicates < run.end_expected:
+        waited = time.time() - (run.ended_at or time.time())
+        if waited < STRAGGLER_GRACE:
+            return False
+        logger.warning(
+            "Run %s: the producer recorded %d episode(s) but %d arrived; closing anyway",
+            run.local_id,
+            run.end_expected,
+            run.episodes,
+        )
+    return True
 
 
 def close_run(

@@ -6,14 +6,9 @@ training runs) and records what it stored, with faults on demand. Run it from a
 shell with ``python -m prime_runs_otel.testing``.
 """
 
-from .fake_platform import (
-    FakePlatform,
-    FakeRun,
-    FakeStepSamples,
-    FakeUpload,
-    RecordedRequest,
-    main,
-)
+from ._command import main
+from ._store import FakeRun, FakeStepSamples, FakeUpload, RecordedRequest
+from .fake_platform import FakePlatform
 
 __all__ = [
     "FakePlatform",

@@ -1,6 +1,6 @@
-"""HTTP plumbing for the fake platform: one request/response model, the error
-shapes the platform's two services answer with, and a threaded server whose
-connections can be cut.
+"""HTTP plumbing for the fake platform: one request/response model, routes,
+the error shapes the platform's two services answer with, and a threaded
+server whose connections can be cut.
 
 Kept apart from the platform's behaviour so that a route handler reads as
 "what the platform does" and never as socket handling.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import socketserver
 import sys
@@ -17,7 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any, Literal, cast
 from urllib.parse import parse_qs, urlsplit
 
 from prime_traces.models import ErrorCode
@@ -64,6 +65,30 @@ class Response:
     body: bytes = b""
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+
+
+RouteHandler = Callable[[Request, "re.Match[str]"], Response]
+#: Which part of the platform a route belongs to (and how it authenticates).
+Service = Literal["api", "traces", "storage", "dashboard"]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    handle: RouteHandler
+    #: ``api`` answers auth failures in the platform API's shape, ``traces`` in
+    #: the service envelope; ``storage`` is the presigned-URL bucket (no token).
+    service: Service = "api"
+
+
+#: A run id in a route's path, captured as ``run_id``.
+RUN_ID = r"(?P<run_id>[^/]+)"
+
+
+def route(method: str, pattern: str, handle: RouteHandler, service: Service = "api") -> Route:
+    """A route for requests whose whole path matches ``pattern``."""
+    return Route(method, re.compile(f"^{pattern}$"), handle, service)
 
 
 class Reject(Exception):

@@ -1,0 +1,51 @@
+"""Runs whose producers died without ending them: ended here as *crashed*.
+
+A producer that exits normally sends a run-end span; one that is killed, or
+whose host goes away, never does, and its run would stay RUNNING on the
+platform forever. The uploader checks each open run on every pass and ends
+the ones nobody feeds any more, so they close like any other ended run.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+from .lifecycle import reload
+from .spool import RunRow, Spool, process_alive
+
+logger = logging.getLogger(__name__)
+
+
+def end_if_crashed(spool: Spool, run: RunRow, idle_timeout: float | None) -> RunRow:
+    """A run whose producers are all gone without an end span crashed.
+
+    Producers on this host are checked by pid (and start time, against pid
+    reuse); producers elsewhere, and runs fed through a collector, by how
+    long they have been silent (``idle_timeout``).
+    """
+    now = time.time()
+    host = socket.gethostname()
+    # A worker feeding somebody else's run ending says nothing of the run.
+    producers = spool.producers(run.local_id, owners_only=True)
+    alive = False
+    local_alive = False
+    for producer_host, pid, start, seen in producers:
+        if producer_host == host:
+            local_alive = local_alive or process_alive(pid, start)
+        elif idle_timeout is None or now - seen < idle_timeout:
+            alive = True
+    alive = alive or local_alive
+    # A live process on this host feeding the run is never timed out: a
+    # slow eval sharing the spool with `serve` is not a crashed one.
+    silent = idle_timeout is not None and not local_alive and now - run.last_seen >= idle_timeout
+    if producers and not alive:
+        reason = "the producer process exited without ending the run"
+    elif silent:
+        reason = f"no spans for {idle_timeout:.0f}s and no end span"
+    else:
+        return run
+    logger.warning("Run %s crashed: %s", run.local_id, reason)
+    spool.end_run(run.local_id, "crashed", reason)
+    return reload(spool, run)

@@ -1,0 +1,162 @@
+"""Prime Traces, the system of record: a run's episodes as gzipped uploads of
+episode lines, exactly once.
+
+An upload's bytes are stored in the spool, keyed by their digest, before the
+first attempt; a retry, in this process or the next, sends the same bytes
+again, and the service answers a replay from its receipt instead of storing
+twice. An upload is all or nothing, so one bad episode refuses all the
+others with it: a refused upload is sent again in halves until the episode
+responsible is alone, and only that one fails. An account that is not on
+Prime Traces is told by its first upload, and the run goes to the legacy
+sample table instead (:mod:`.samples`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from ..._json import loads as fast_loads
+from ...read.projection import traces_line
+from ..backoff import Backoff
+from ..clients import PlatformClients
+from ..lease import Lease
+from ..lines import LineCache
+from ..platform.http import PlatformError
+from ..platform.traces import SERVICE_NOT_ENABLED, compress_lines, upload_key
+from ..spool import EpisodeRow, RunRow, Spool, UploadRow
+from .base import fail_unsendable
+
+logger = logging.getLogger(__name__)
+
+#: Prime Traces takes uploads up to 256 MiB (a line up to 64 MiB). Uploads
+#: close near 2 MiB of lines here: a streaming run wants each episode on the
+#: platform soon, and claiming or committing an upload is one transaction
+#: that export() may wait behind (8 MiB made its p99 twice as long).
+TRACES_BATCH_BYTES = 2 * 1024 * 1024
+MAX_TRACES_LINE_BYTES = 64 * 1024 * 1024
+#: The service's per-upload line cap is 1,000,000; batches close on bytes first.
+MAX_BATCH_EPISODES = 100_000
+
+
+class TracesSink:
+    """Episode lines to Prime Traces. ``lines`` holds the lines the exporter
+    in this process built already; ``give_way`` lets ``export()`` have the
+    GIL between episodes."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        clients: PlatformClients,
+        lease: Lease,
+        lines: LineCache,
+        give_way: Callable[[], None],
+    ) -> None:
+        self._spool = spool
+        self._clients = clients
+        self._lease = lease
+        self._lines = lines
+        self._give_way = give_way
+        #: Per run, the most episodes one upload may hold while a refused
+        #: upload is being narrowed down to the episode that caused it.
+        self._batch_limit: dict[str, int] = {}
+
+    def episode_limit(self, run_id: str) -> int:
+        """The most episodes the run's next request may carry."""
+        return self._batch_limit.get(run_id, MAX_BATCH_EPISODES)
+
+    def send(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
+        assert run.platform_id is not None
+        lines: list[bytes] = []
+        seqs: list[int] = []
+        for episode in episodes:
+            self._give_way()
+            template = self._lines.take(episode.seq)
+            line = template.fill(run.platform_id, run.kind, episode.step) if template else None
+            if line is None:
+                try:
+                    line = traces_line(
+                        fast_loads(episode.record), run.platform_id, run.kind, step=episode.step
+                    )
+                except Exception as exc:  # a stored record is outside input too
+                    fail_unsendable(self._spool, run, episode, exc)
+                    continue
+            if len(line) - 1 > MAX_TRACES_LINE_BYTES:
+                self._spool.fail_episodes(
+                    run.local_id,
+                    [episode.seq],
+                    f"episode {episode.episode_id} is {len(line)} bytes as a Prime Traces line, "
+                    f"over the {MAX_TRACES_LINE_BYTES}-byte limit",
+                )
+                continue
+            lines.append(line)
+            seqs.append(episode.seq)
+        if not lines:
+            return
+        body = b"".join(lines)
+        upload_id = upload_key(body)
+        compressed = compress_lines(body)
+        self._spool.begin_traces_upload(run.local_id, seqs, upload_id, compressed, encoding="gzip")
+        self._send(run, upload_id, compressed)
+
+    def resume(self, run: RunRow, upload: UploadRow) -> None:
+        """The stored bytes again, so the service replays its receipt."""
+        if upload.body is None:
+            return
+        # A body stored plain was written by an earlier release.
+        compressed = upload.body if upload.body_encoding == "gzip" else compress_lines(upload.body)
+        self._send(run, upload.upload_id, compressed)
+
+    def _send(self, run: RunRow, upload_id: str, compressed: bytes) -> None:
+        traces = self._clients.traces()
+        self._lease.renew()  # a large upload may take a while: keep the lease for its length
+        try:
+            traces.upload_episodes(compressed, upload_id, self._context(run))
+        except PlatformError as exc:
+            if exc.status == 403 and exc.code == SERVICE_NOT_ENABLED and run.traces_written == 0:
+                logger.info(
+                    "Run %s: Prime Traces is not enabled for this account; its episodes go to "
+                    "the legacy sample table instead",
+                    run.local_id,
+                )
+                self._spool.abandon_traces_uploads(run.local_id, sink="samples")
+                self._lines.clear()
+                return
+            if exc.retryable:
+                raise Backoff(exc) from exc
+            seqs = self._spool.upload_episode_seqs(upload_id)
+            if exc.status == 400 and len(seqs) > 1:
+                # One bad episode refuses the whole upload (all or nothing, so
+                # nothing of it is stored): halve until the bad one is alone.
+                self._batch_limit[run.local_id] = len(seqs) // 2
+                self._spool.release_traces_upload(upload_id)
+                logger.info(
+                    "Run %s: an upload of %d episodes was refused (%s); retrying in halves "
+                    "to isolate the episode responsible",
+                    run.local_id,
+                    len(seqs),
+                    exc,
+                )
+                return
+            self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
+            logger.error(
+                "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
+                "failed and kept in the spool",
+                run.local_id,
+                len(seqs),
+                exc,
+            )
+            return
+        self._spool.commit_traces_upload(run.local_id, upload_id)
+        limit = self._batch_limit.pop(run.local_id, None)
+        if limit is not None and limit * 2 < MAX_BATCH_EPISODES:
+            self._batch_limit[run.local_id] = limit * 2
+
+    @staticmethod
+    def _context(run: RunRow) -> dict[str, str]:
+        context = {"source": "prime-runs-otel", "run_type": run.kind}
+        if run.identity.framework:
+            context["framework"] = run.identity.framework
+        if run.identity.model:
+            context["model"] = run.identity.model
+        return context
