@@ -23,18 +23,12 @@ from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
 from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
 from ..run import Run, RunResult, start_run
-from .arguments import non_negative_float
+from .arguments import json_option, non_negative_float, spool_option
+from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .output import Progress, color, command_name, error, print_json
-from .store import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
-    json_option,
-    print_show,
-    run_view,
-    spool_option,
-)
+from .store.queries import run_view
+from .store.show import print_show
 
-EXIT_INTERRUPTED = 130
 DEFAULT_REPLAY_TIMEOUT = 300.0
 
 
