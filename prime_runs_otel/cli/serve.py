@@ -29,8 +29,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from .. import semconv
 from .._text import configure_logging
 from ..collector.bodies import DECODE_EXPANSION
+from ..collector.http_front import TRACES_PATH
 from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
-from ..collector.receiver import (
+from ..collector.receiver import run_receiver
+from ..collector.receiver_config import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MEMORY_BYTES,
@@ -38,10 +40,8 @@ from ..collector.receiver import (
     DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_WORKERS,
     TOKEN_ENV,
-    TRACES_PATH,
     MiB,
     ReceiverConfig,
-    run_receiver,
 )
 from ..config import resolve_settings
 from ..errors import PrimeRunsOtelError
