@@ -1,8 +1,8 @@
 """``prime-runs-otel``: replay, demo, the local store, serve, doctor and the
-fake platform. One module per command group: ``replay`` (replay, demo),
-``store`` (a package: runs, show, export, push, rm, prune), ``serve``,
-``doctor``; ``output`` is how every command writes, ``arguments`` the
-options they share, ``exits`` how they end.
+fake platform. One module per command group: ``replay`` (replay, demo; over
+OTLP ``otlp_replay``), ``store`` (a package: runs, show, export, push, rm,
+prune), ``serve``, ``doctor``; ``output`` is how every command writes,
+``arguments`` the options they share, ``exits`` how they end.
 
 Exit codes: 0 success; 1 the work ran but not everything was delivered (or a
 run is not closed yet); 2 bad usage or configuration (the message says what
