@@ -14,7 +14,6 @@ import argparse
 import logging
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from ..collector.receiver_config import (
     MiB,
     ReceiverConfig,
 )
+from ..collector.run_log import RunWatcher
 from ..config import resolve_settings
 from ..errors import PrimeRunsOtelError
 from .arguments import non_negative_float, port_number, positive_float, positive_int
@@ -151,71 +151,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         watcher.stop()
         logger.info("serve stopped; what it accepted is in %s", settings.spool_path)
     return EXIT_OK
-
-
-class RunWatcher:
-    """Logs each run ``serve`` opens and closes, read from the spool: the
-    operator of a collector deployment sees runs come and go without
-    querying anything."""
-
-    def __init__(self, settings: Any, interval: float = 1.0) -> None:
-        self._settings = settings
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._known: dict[str, str] = {}
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="serve-run-watcher", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        self.poll()
-
-    def _loop(self) -> None:
-        first = True
-        while not self._stop.is_set():
-            self.poll(quiet=first)
-            first = False
-            self._stop.wait(self._interval)
-
-    def poll(self, *, quiet: bool = False) -> None:
-        """One look at the spool; ``quiet`` records what exists without logging it."""
-        from ..deliver.spool import Spool
-
-        path = self._settings.spool_path
-        if not path.exists():
-            return
-        try:
-            rows = Spool(path, max_bytes=self._settings.spool_max_bytes).runs()
-        except Exception as exc:  # watching must never take serve down
-            logger.debug("reading the spool for the run log failed: %s", exc)
-            return
-        for row in rows:
-            state = "closed" if row.settled or row.stopped else "open"
-            before = self._known.get(row.local_id)
-            self._known[row.local_id] = state
-            if quiet or before == state:
-                continue
-            if before is None:
-                logger.info(
-                    "run %s opened: %s (%s, %s)",
-                    row.local_id,
-                    row.name or "unnamed",
-                    row.kind,
-                    ", ".join(row.identity.environments) or "no environment",
-                )
-            if state == "closed":
-                logger.info(
-                    "run %s closed: %s, %d episode(s)%s",
-                    row.local_id,
-                    row.end_status or "stopped",
-                    row.episodes,
-                    f" — {row.last_error}" if row.stopped and row.last_error else "",
-                )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

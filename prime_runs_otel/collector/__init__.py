@@ -17,5 +17,6 @@ One module per concern, from the wire inwards: :mod:`.http_front` and
 :mod:`.grpc_front` (each transport: routes, reading, answers, its server),
 :mod:`.bodies` (a body before it is decoded), :mod:`.intake` (a decoded
 request to spool commits, whatever the transport), :mod:`.receiver` (the
-process that runs them all) and :mod:`.receiver_config` (how it listens).
+process that runs them all), :mod:`.receiver_config` (how it listens) and
+:mod:`.run_log` (the runs it opens and closes, in its log).
 """
