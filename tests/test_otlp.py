@@ -25,7 +25,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from prime_runs_otel import emit_run_end, emit_run_start, record_episode, run_resource
-from prime_runs_otel.collector.receiver import OtlpHttpApp, Receiver, ReceiverConfig
+from prime_runs_otel.collector.http_front import OtlpHttpApp
+from prime_runs_otel.collector.receiver import Receiver
+from prime_runs_otel.collector.receiver_config import ReceiverConfig
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.read.episodes import EpisodeArrival

@@ -42,7 +42,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from prime_runs_otel import emit_run_end, emit_run_start, record_episode, run_resource
-from prime_runs_otel.cli.serve import replay_over_otlp
+from prime_runs_otel.cli.otlp_replay import replay_over_otlp
 from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform

@@ -30,7 +30,8 @@ from test_receiver import ServeProcess, closed_run, serve_env
 
 from prime_runs_otel import emit_run_end, emit_run_start, run_resource
 from prime_runs_otel import semconv as sc
-from prime_runs_otel.collector.receiver import ReceiverConfig, SpanIntake
+from prime_runs_otel.collector.intake import SpanIntake
+from prime_runs_otel.collector.receiver_config import ReceiverConfig
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.errors import ConfigError

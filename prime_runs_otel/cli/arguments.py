@@ -1,14 +1,18 @@
-"""Value types for command-line options, shared by every command group.
+"""Value types and options for the command line, shared by every command group.
 
 A bad value is refused by argparse with the option's name and this message
 (exit 2), instead of being taken silently as something else: a port of
 99999 once listened on a random port, a negative timeout waited forever.
+The options every command group takes (``--spool-dir``, ``--json``) are
+spelled here once, so they read the same in every command's help.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
+import time
 
 
 def port_number(text: str) -> int:
@@ -57,3 +61,48 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
     return value
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """``30m``, ``12h``, ``7d``, ``2w`` → seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age: give a number and a unit, s m h d or w (e.g. 7d)"
+        )
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_since(text: str) -> float:
+    """An age (``2h``) or a date (``2026-01-31``, ``2026-01-31T12:00``) → a timestamp."""
+    try:
+        return time.time() - parse_age(text)
+    except argparse.ArgumentTypeError:
+        pass
+    for layout in ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            return time.mktime(time.strptime(text, layout))
+        except ValueError:
+            continue
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is neither an age (7d, 12h) nor a date (2026-01-31 or 2026-01-31T12:00)"
+    )
+
+
+# -- options --------------------------------------------------------------------------
+
+
+def spool_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--spool-dir",
+        metavar="DIR",
+        help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)",
+    )
+
+
+def json_option(sub: argparse.ArgumentParser, what: str = "the result") -> None:
+    sub.add_argument("--json", action="store_true", help=f"print {what} as JSON (see docs/cli.md)")

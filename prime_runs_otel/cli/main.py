@@ -1,7 +1,8 @@
 """``prime-runs-otel``: replay, demo, the local store, serve, doctor and the
-fake platform. One module per command group: ``replay`` (replay, demo),
-``store`` (runs, show, export, push, rm, prune), ``serve``, ``doctor``;
-``output`` is how every command writes.
+fake platform. One module per command group: ``replay`` (replay, demo; over
+OTLP ``otlp_replay``), ``store`` (a package: runs, show, export, push, rm,
+prune), ``serve``, ``doctor``; ``output`` is how every command writes,
+``arguments`` the options they share, ``exits`` how they end.
 
 Exit codes: 0 success; 1 the work ran but not everything was delivered (or a
 run is not closed yet); 2 bad usage or configuration (the message says what
@@ -19,18 +20,12 @@ from collections.abc import Sequence
 from .. import __version__
 from .._text import configure_logging
 from ..errors import PrimeRunsOtelError
-from .arguments import port_number
+from .arguments import json_option, port_number, spool_option
+from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .output import color, error, install_pipe_safe_stdout
-from .replay import EXIT_INTERRUPTED, add_replay_commands
+from .replay import add_replay_commands
 from .serve import add_serve_command
-from .store import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
-    EXIT_USAGE,
-    add_store_commands,
-    json_option,
-    spool_option,
-)
+from .store import add_store_commands
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 

@@ -10,7 +10,6 @@ time. Ctrl-C finishes the run as cancelled, never as crashed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -23,65 +22,19 @@ from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
 from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
 from ..run import Run, RunResult, start_run
-from .arguments import non_negative_float
+from .arguments import json_option, non_negative_float, spool_option
+from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
+from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
 from .output import Progress, color, command_name, error, print_json
-from .store import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
-    json_option,
-    print_show,
-    run_view,
-    spool_option,
-)
+from .recorded_eval import recorded_eval, replay_run_key
+from .store.queries import run_view
+from .store.show import print_show
 
-EXIT_INTERRUPTED = 130
 DEFAULT_REPLAY_TIMEOUT = 300.0
-
-
-def replay_run_key(path: Path) -> str:
-    """The run key of a replayed file: the same bytes give the same run,
-    wherever the file lies (a copy, a move, another machine)."""
-    digest = hashlib.sha256(b"prime-runs-otel replay\0")
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:32]
-
-
-def recorded_eval(folder: Path) -> dict[str, Any]:
-    """What a verifiers eval recorded in its run folder: the model, the
-    environment and the config it was launched with (``configs/``)."""
-    found: dict[str, Any] = {}
-    resolved_dir = folder / "configs" / "resolved"
-    resolved = sorted(resolved_dir.glob("*.json")) if resolved_dir.is_dir() else []
-    if resolved:
-        try:
-            config = json.loads(resolved[0].read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            config = None
-        if isinstance(config, dict):
-            if isinstance(config.get("model"), str) and config["model"]:
-                found["model"] = config["model"]
-            env = config.get("env")
-            if isinstance(env, dict):
-                taskset = env.get("taskset") if isinstance(env.get("taskset"), dict) else {}
-                env_id = env.get("id") or (taskset or {}).get("id")
-                if isinstance(env_id, str) and env_id:
-                    found["environments"] = [env_id]
-            run = config.get("run")
-            if isinstance(run, dict) and isinstance(run.get("name"), str) and run["name"]:
-                found["name"] = run["name"]
-            found["config_file"] = resolved[0]
-    launch = sorted((folder / "configs").glob("*.toml")) if (folder / "configs").is_dir() else []
-    if launch:
-        found["config_file"] = launch[0]  # the file as launched, kept byte for byte
-    return found
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.otlp_endpoint or args.otlp:
-        from .serve import replay_command_over_otlp
-
         return replay_command_over_otlp(args)
     given = Path(args.path)
     path = traces_file(given)
@@ -269,8 +222,6 @@ def _print_fake_platform(fake: Any, platform_id: str | None) -> None:
 
 
 def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
-    from .serve import add_otlp_replay_option
-
     replay = commands.add_parser(
         "replay", parents=[common], help="replay a verifiers traces.jsonl as a run"
     )

@@ -1,36 +1,27 @@
-"""``prime-runs-otel serve`` and ``prime-runs-otel replay --otlp-endpoint``: the
-two command-line ends of the collector path.
+"""``prime-runs-otel serve``: the command line of the OTLP receiver, which
+receives OTLP from a collector (or from producers directly) and runs the
+exporter core behind it (:mod:`prime_runs_otel.collector`).
 
-``serve`` receives OTLP from a collector (or from producers directly) and
-runs the exporter core behind it. ``replay --otlp-endpoint`` is the producer
-side of the same path: it sends a recorded run as OTLP spans instead of
-exporting it in process, which is also how to check a collector deployment
-with real data before pointing an eval at it.
+Only the wiring is here: the options and their defaults, the receiver with
+the run log beside it, and ``python -m prime_runs_otel.cli.serve`` for the
+command on its own. The producer end of the same path, ``replay
+--otlp-endpoint``, is :mod:`.otlp_replay`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
-import threading
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
-from opentelemetry.exporter.otlp.proto.http import Compression
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-from .. import semconv
 from .._text import configure_logging
 from ..collector.bodies import DECODE_EXPANSION
 from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
-from ..collector.receiver import (
+from ..collector.receiver import run_receiver
+from ..collector.receiver_config import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MEMORY_BYTES,
@@ -38,41 +29,18 @@ from ..collector.receiver import (
     DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_WORKERS,
     TOKEN_ENV,
-    TRACES_PATH,
     MiB,
     ReceiverConfig,
-    run_receiver,
 )
+from ..collector.run_log import RunWatcher
 from ..config import resolve_settings
 from ..errors import PrimeRunsOtelError
-from ..produce.episode import record_episode
-from ..produce.resource import run_resource
-from ..produce.run_config import normalize_config
-from ..produce.run_spans import emit_run_end, emit_run_start
-from ..produce.traces_jsonl import environments_of, read_records, traces_file
 from .arguments import non_negative_float, port_number, positive_float, positive_int
+from .exits import EXIT_OK, EXIT_USAGE
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "add_otlp_replay_option",
-    "add_serve_command",
-    "add_serve_options",
-    "cmd_serve",
-    "main",
-    "replay_command_over_otlp",
-    "replay_over_otlp",
-]
-
-EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
-
-#: A replay batch closes at this many spans or bytes of attributes, whichever
-#: comes first: a run of 20 MiB episodes must not become one giant request.
-REPLAY_BATCH_SPANS = 512
-REPLAY_BATCH_BYTES = 16 * MiB
-
-
-# -- serve -------------------------------------------------------------------------
+__all__ = ["add_serve_command", "add_serve_options", "cmd_serve", "main"]
 
 
 def add_serve_command(subparsers: Any, common: argparse.ArgumentParser | None = None) -> None:
@@ -185,73 +153,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class RunWatcher:
-    """Logs each run ``serve`` opens and closes, read from the spool: the
-    operator of a collector deployment sees runs come and go without
-    querying anything."""
-
-    def __init__(self, settings: Any, interval: float = 1.0) -> None:
-        self._settings = settings
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._known: dict[str, str] = {}
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="serve-run-watcher", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        self.poll()
-
-    def _loop(self) -> None:
-        first = True
-        while not self._stop.is_set():
-            self.poll(quiet=first)
-            first = False
-            self._stop.wait(self._interval)
-
-    def poll(self, *, quiet: bool = False) -> None:
-        """One look at the spool; ``quiet`` records what exists without logging it."""
-        from ..deliver.spool import Spool
-
-        path = self._settings.spool_path
-        if not path.exists():
-            return
-        try:
-            rows = Spool(path, max_bytes=self._settings.spool_max_bytes).runs()
-        except Exception as exc:  # watching must never take serve down
-            logger.debug("reading the spool for the run log failed: %s", exc)
-            return
-        for row in rows:
-            state = "closed" if row.settled or row.stopped else "open"
-            before = self._known.get(row.local_id)
-            self._known[row.local_id] = state
-            if quiet or before == state:
-                continue
-            if before is None:
-                logger.info(
-                    "run %s opened: %s (%s, %s)",
-                    row.local_id,
-                    row.name or "unnamed",
-                    row.kind,
-                    ", ".join(row.identity.environments) or "no environment",
-                )
-            if state == "closed":
-                logger.info(
-                    "run %s closed: %s, %d episode(s)%s",
-                    row.local_id,
-                    row.end_status or "stopped",
-                    row.episodes,
-                    f" — {row.last_error}" if row.stopped and row.last_error else "",
-                )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m prime_runs_otel.serve``: the ``serve`` command on its own."""
+    """``python -m prime_runs_otel.cli.serve``: the ``serve`` command on its own."""
     parser = argparse.ArgumentParser(
         prog="prime-runs-otel serve", description="Receive OTLP and report the runs in it."
     )
@@ -269,278 +172,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PrimeRunsOtelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-# -- replay over OTLP --------------------------------------------------------------------
-
-
-#: How long one OTLP request may take, retries included, unless --timeout
-#: says otherwise: an endpoint that refuses or is away is reported, not waited
-#: on for minutes.
-DEFAULT_OTLP_TIMEOUT = 30.0
-
-
-def add_otlp_replay_option(replay_parser: argparse.ArgumentParser) -> None:
-    """Add ``--otlp-endpoint``/``--otlp`` (and the token) to ``prime-runs-otel replay``."""
-    replay_parser.add_argument(
-        "--otlp-endpoint",
-        metavar="URL",
-        help="send the spans over OTLP/HTTP to this endpoint (a collector, or `serve`) "
-        f"instead of exporting in process; {TRACES_PATH} is added when the URL has no path",
-    )
-    replay_parser.add_argument(
-        "--otlp",
-        action="store_true",
-        help="send over OTLP/HTTP to the endpoint the OpenTelemetry variables name "
-        "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT); "
-        "OTEL_EXPORTER_OTLP_HEADERS is sent as the SDK sends it",
-    )
-    replay_parser.add_argument(
-        "--otlp-token",
-        default=os.environ.get(TOKEN_ENV) or None,
-        help=f"bearer token for the OTLP endpoint (default: ${TOKEN_ENV})",
-    )
-
-
-def otlp_endpoint_from_env() -> str:
-    """The traces endpoint as the SDK finds it: the signal's own variable as
-    given, else the base endpoint with /v1/traces added."""
-    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if traces:
-        return traces
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-    if base:
-        return base.rstrip("/") + TRACES_PATH
-    raise PrimeRunsOtelError(
-        "--otlp needs an endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. "
-        "http://127.0.0.1:4318) or pass --otlp-endpoint URL"
-    )
-
-
-def replay_command_over_otlp(args: argparse.Namespace) -> int:
-    """``replay`` with ``--otlp-endpoint`` or ``--otlp``, from the replay command's arguments."""
-    endpoint = args.otlp_endpoint or otlp_endpoint_from_env()
-    timeout = DEFAULT_OTLP_TIMEOUT if args.timeout is None else args.timeout
-    return replay_over_otlp(
-        args.path,
-        endpoint,
-        name=args.name,
-        model=args.model,
-        environments=args.environment,
-        framework=args.framework,
-        config_file=args.config,
-        token=args.otlp_token,
-        timeout=timeout,
-        run_id=getattr(args, "run_key", None),
-        as_json=bool(getattr(args, "json", False)),
-    )
-
-
-def _otlp_headers(token: str | None) -> dict[str, str] | None:
-    """``None`` lets the SDK read OTEL_EXPORTER_OTLP_(TRACES_)HEADERS itself; a
-    token is added to those headers rather than replacing them."""
-    if not token:
-        return None
-    from opentelemetry.util.re import parse_env_headers
-
-    raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_HEADERS", ""
-    )
-    headers = dict(parse_env_headers(raw, liberal=True))
-    headers["authorization"] = f"Bearer {token}"
-    return headers
-
-
-def replay_over_otlp(
-    path: str | os.PathLike[str],
-    endpoint: str,
-    *,
-    name: str | None = None,
-    model: str | None = None,
-    environments: Sequence[str] | None = None,
-    framework: str | None = "verifiers",
-    config_file: str | os.PathLike[str] | None = None,
-    token: str | None = None,
-    timeout: float = DEFAULT_OTLP_TIMEOUT,
-    run_id: str | None = None,
-    as_json: bool = False,
-) -> int:
-    """Send a verifiers ``traces.jsonl`` as one run's spans to an OTLP endpoint.
-
-    Returns 0 when every episode was accepted by the endpoint, 1 otherwise.
-    The endpoint's acceptance is all that can be known from here: delivery to
-    the platform is the receiving ``serve``'s job. After the first refused
-    request nothing more is sent (the rest would be refused too), and the
-    report says what was accepted, refused and never sent.
-    """
-    from .replay import recorded_eval, replay_run_key
-
-    source = traces_file(Path(path))
-    recorded = recorded_eval(source.parent)
-    bad_lines: list[str] = []
-    total = sum(1 for _ in read_records(source, []))
-    records = read_records(source, bad_lines)
-    first = next(records, None)
-    resource = run_resource(
-        run_id=run_id or replay_run_key(source),
-        name=name or recorded.get("name") or source.resolve().parent.name,
-        model=model or recorded.get("model"),
-        environments=list(environments or recorded.get("environments") or environments_of(first)),
-        framework=framework,
-    )
-    target = traces_endpoint(endpoint)
-    exporter = _CountingExporter(
-        OTLPSpanExporter(
-            endpoint=target,
-            headers=_otlp_headers(token),
-            timeout=timeout,
-            compression=Compression.Gzip,
-        )
-    )
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(_BlockingBatchProcessor(exporter))
-    tracer = provider.get_tracer("prime_runs_otel.replay")
-    config = normalize_config(None, config_file=config_file or recorded.get("config_file"))
-    emit_run_start(tracer, config)
-    recorded_count = 0
-    for record in _chain(first, records):
-        if exporter.refused_spans:
-            break  # the endpoint refuses: what is left is reported as never sent
-        try:
-            record_episode(tracer, record)
-        except PrimeRunsOtelError as exc:
-            bad_lines.append(f"episode {record.get('id')!r}: {exc}")
-            continue
-        recorded_count += 1
-    if not exporter.refused_spans:
-        emit_run_end(tracer, "completed", episodes_recorded=recorded_count)
-    provider.shutdown()
-    local_id = str(resource.attributes[semconv.RUN_ID])
-    accepted = exporter.accepted_episodes
-    refused = exporter.refused_episodes
-    never_sent = max(0, total - len(bad_lines) - accepted - refused)
-    for problem in bad_lines:
-        print(f"error: {problem}", file=sys.stderr)
-    report = {
-        "id": local_id,
-        "endpoint": target,
-        "episodes": total,
-        "accepted": accepted,
-        "refused": refused,
-        "never_sent": never_sent,
-        "bad_lines": len(bad_lines),
-        "run_end_sent": exporter.refused_spans == 0,
-    }
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(
-            f"run {local_id} → {target}: {accepted} episode(s) accepted, {refused} refused, "
-            f"{never_sent} never sent" + (f", {len(bad_lines)} bad line(s)" if bad_lines else "")
-        )
-    if exporter.refused_spans:
-        print(
-            "the endpoint did not accept every span (refused, or not reachable within "
-            f"{timeout:g}s). If it needs a token, pass --otlp-token (or set "
-            "OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20TOKEN); check that it is "
-            "listening and its log, then replay the same file again: episodes already stored "
-            "are not stored twice, the run key coming from the file",
-            file=sys.stderr,
-        )
-    return EXIT_OK if not exporter.refused_spans and not bad_lines else EXIT_INCOMPLETE
-
-
-def traces_endpoint(url: str) -> str:
-    """``http://host:4318`` → ``http://host:4318/v1/traces``; a URL with a path
-    is used as given (a collector may route on it)."""
-    parsed = urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise PrimeRunsOtelError(
-            f"--otlp-endpoint {url!r} is not an http(s) URL; write it as http://host:4318"
-        )
-    return url.rstrip("/") + TRACES_PATH if not parsed.path.strip("/") else url
-
-
-class _CountingExporter(SpanExporter):
-    """Counts what the endpoint accepted and refused (the SDK would forget),
-    in spans and in episodes."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self._inner = inner
-        self.refused_spans = 0
-        self.accepted_episodes = 0
-        self.refused_episodes = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._inner.export(spans)
-        episodes = sum(1 for span in spans if span.name.startswith("episode"))
-        if result is SpanExportResult.SUCCESS:
-            self.accepted_episodes += episodes
-        else:
-            self.refused_spans += len(spans)
-            self.refused_episodes += episodes
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-class _BlockingBatchProcessor(SpanProcessor):
-    """Batches spans and exports on the recording thread.
-
-    A replay produces spans far faster than HTTP carries them; the SDK's
-    BatchSpanProcessor would drop what overflows its queue, while blocking
-    here slows the replay down to the endpoint's pace and loses nothing.
-    """
-
-    def __init__(self, exporter: SpanExporter) -> None:
-        self._exporter = exporter
-        self._spans: list[ReadableSpan] = []
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def on_end(self, span: ReadableSpan) -> None:
-        with self._lock:
-            self._spans.append(span)
-            self._bytes += _attribute_bytes(span)
-            if len(self._spans) >= REPLAY_BATCH_SPANS or self._bytes >= REPLAY_BATCH_BYTES:
-                self._export_locked()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        with self._lock:
-            self._export_locked()
-        return True
-
-    def shutdown(self) -> None:
-        self.force_flush()
-        self._exporter.shutdown()
-
-    def _export_locked(self) -> None:
-        if self._spans:
-            self._exporter.export(self._spans)
-        self._spans = []
-        self._bytes = 0
-
-
-def _attribute_bytes(span: ReadableSpan) -> int:
-    total = 0
-    for value in (span.attributes or {}).values():
-        if isinstance(value, str):
-            total += len(value)
-        elif isinstance(value, (tuple, list)):
-            total += sum(len(item) for item in value if isinstance(item, str))
-    return total
-
-
-def _chain(
-    first: dict[str, Any] | None, rest: Iterator[dict[str, Any]]
-) -> Iterator[dict[str, Any]]:
-    if first is not None:
-        yield first
-    yield from rest
 
 
 if __name__ == "__main__":

@@ -1,0 +1,19 @@
+"""How a command ends: the exit codes every command returns, and the error
+for a command line that cannot be carried out as given.
+
+In one module of their own because every command group returns them and
+:mod:`.main` documents them for all: 0 success; 1 the work ran but not
+everything was delivered (or a run is not closed yet); 2 bad usage or
+configuration; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from ..errors import PrimeRunsOtelError
+
+EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(PrimeRunsOtelError):
+    """A command line that cannot be carried out as given (exit code 2)."""

@@ -1,0 +1,54 @@
+"""What a replay takes from a recorded eval: the run key the file's bytes
+give, and the model, environment, name and config the eval recorded beside it.
+
+Below both replays (in process, :mod:`.replay`; over OTLP,
+:mod:`.otlp_replay`) so the same file becomes the same run whichever way it
+is sent, and neither replay imports the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+
+def replay_run_key(path: Path) -> str:
+    """The run key of a replayed file: the same bytes give the same run,
+    wherever the file lies (a copy, a move, another machine)."""
+    digest = hashlib.sha256(b"prime-runs-otel replay\0")
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:32]
+
+
+def recorded_eval(folder: Path) -> dict[str, Any]:
+    """What a verifiers eval recorded in its run folder: the model, the
+    environment and the config it was launched with (``configs/``)."""
+    found: dict[str, Any] = {}
+    resolved_dir = folder / "configs" / "resolved"
+    resolved = sorted(resolved_dir.glob("*.json")) if resolved_dir.is_dir() else []
+    if resolved:
+        try:
+            config = json.loads(resolved[0].read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = None
+        if isinstance(config, dict):
+            if isinstance(config.get("model"), str) and config["model"]:
+                found["model"] = config["model"]
+            env = config.get("env")
+            if isinstance(env, dict):
+                taskset = env.get("taskset") if isinstance(env.get("taskset"), dict) else {}
+                env_id = env.get("id") or (taskset or {}).get("id")
+                if isinstance(env_id, str) and env_id:
+                    found["environments"] = [env_id]
+            run = config.get("run")
+            if isinstance(run, dict) and isinstance(run.get("name"), str) and run["name"]:
+                found["name"] = run["name"]
+            found["config_file"] = resolved[0]
+    launch = sorted((folder / "configs").glob("*.toml")) if (folder / "configs").is_dir() else []
+    if launch:
+        found["config_file"] = launch[0]  # the file as launched, kept byte for byte
+    return found

@@ -1,0 +1,85 @@
+"""``prime-runs-otel export``: what the platform would receive for a run
+(legacy sample rows, Prime Traces episode lines, the summary, training
+metrics), computed from the spool with the same projections delivery uses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..._json import loads as fast_loads
+from ...deliver.spool import RunRow, Spool
+from ...deliver.summary import run_summary
+from ...read.projection import episode_sample_rows, traces_line
+from ..arguments import spool_option
+from ..exits import EXIT_OK
+from ..output import Progress, stdout_gone
+from .lookup import find, open_spool
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """What the platform would receive, computed from the spool."""
+    _, spool = open_spool(args.spool_dir)
+    run = find(spool, args.run)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            code = _export(spool, run, args.what, out)
+        print(f"wrote {args.what} of run {run.local_id} to {args.output}", file=sys.stderr)
+        return code
+    return _export(spool, run, args.what, sys.stdout)
+
+
+def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
+    if what == "summary":
+        out.write(json.dumps(run_summary(run), indent=2, sort_keys=True) + "\n")
+        return EXIT_OK
+    if what == "metrics":
+        for metrics in spool.metrics_rows(run.local_id):
+            out.write(metrics.row.strip() + "\n")
+            if stdout_gone():
+                break
+        return EXIT_OK
+    progress = Progress(f"exporting {what}", run.episodes, sys.stderr)
+    platform_id = run.platform_id or run.local_id
+    for episode in spool.iter_episodes(run.local_id):
+        record = fast_loads(episode.record)
+        if what == "episodes":
+            out.write(traces_line(record, platform_id, run.kind).decode())
+        else:
+            for row in episode_sample_rows(record, episode.rollout_number or 1):
+                out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+        if stdout_gone():
+            break
+        progress.advance()
+    if sys.stderr.isatty():
+        progress.close()
+    missing = run.episodes - progress.done
+    if missing > 0 and not stdout_gone():
+        print(
+            f"note: {missing} episode(s) were delivered already and their bodies are no longer "
+            "kept in the spool (a run pushed with --drop-local, or delivered online)",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def add_export_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    export = commands.add_parser(
+        "export", parents=[common], help="what the platform would receive, as JSONL/JSON"
+    )
+    export.add_argument("run", help="run id, platform id, a unique prefix, or the run's name")
+    export.add_argument(
+        "--what",
+        choices=["samples", "episodes", "summary", "metrics"],
+        default="samples",
+        help="legacy sample rows, Prime Traces episode lines, the run summary, or training "
+        "step metrics (default: samples)",
+    )
+    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    export.add_argument(
+        "--json", action="store_true", help="accepted for symmetry: the output is JSON already"
+    )
+    spool_option(export)
+    export.set_defaults(func=cmd_export)

@@ -1,0 +1,40 @@
+"""The spool a command reads and the run it names: by id, platform id, a
+unique prefix of either, or the run's exact name.
+
+Every store command starts here, so a run is found the same way and a
+missing spool or an unknown run is the same usage error (exit 2) whatever
+the command.
+"""
+
+from __future__ import annotations
+
+from ...config import Settings, resolve_settings
+from ...deliver.spool import RunRow, Spool
+from ..exits import UsageError
+
+
+def open_spool(spool_dir: str | None) -> tuple[Settings, Spool]:
+    settings = resolve_settings(spool_dir=spool_dir, mode="local")
+    if not settings.spool_path.exists():
+        raise UsageError(
+            f"no spool at {settings.spool_path}: nothing has been recorded there yet "
+            "(set PRIME_RUNS_OTEL_DIR or --spool-dir to look elsewhere)"
+        )
+    return settings, Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+
+
+def find(spool: Spool, key: str) -> RunRow:
+    """A run by id, platform id, a unique prefix of either, or its exact name."""
+    run = spool.find_run(key)
+    if run is not None:
+        return run
+    named = [row for row in spool.runs() if row.name == key]
+    if len(named) == 1:
+        return named[0]
+    if len(named) > 1:
+        ids = ", ".join(row.local_id[:12] for row in named)
+        raise UsageError(f"{len(named)} runs are named {key!r} ({ids}); give an id instead")
+    raise UsageError(
+        f"no run {key!r} in {spool.path} (or the prefix is ambiguous); "
+        "`prime-runs-otel runs` lists them"
+    )

@@ -1,0 +1,126 @@
+"""What the local store holds, read for people: the queries behind ``runs``,
+``show`` and every ``--json``, and nothing that prints.
+
+One vocabulary for every command that describes a run (see
+:func:`run_view`): ``status`` is how the run ended (``running`` until it
+does), ``state`` where it is in its life (``recording``, ``stored`` in the
+local store, ``delivering``, ``delivered``, ``stopped`` on a permanent
+refusal), ``pending`` the episodes still on their way to the platform and
+``not_pushed`` those of a local run nobody has pushed yet.
+
+Its own module, importing nothing of ``cli/``, because a local viewer reads
+the same runs the same way: it can take these queries as they are, and the
+words it shows stay the words the command line prints.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..._json import loads as fast_loads
+from ...deliver.advice import next_step
+from ...deliver.spool import RunRow, Spool
+from ...deliver.summary import run_summary
+from ...read.projection import TraceScores, summary_trace_index
+
+STATES = ("recording", "stored", "delivering", "delivered", "stopped")
+STATUSES = ("running", "completed", "failed", "cancelled", "crashed")
+
+
+def run_state(run: RunRow) -> str:
+    if run.stopped:
+        return "stopped"
+    if run.mode == "local":
+        return "stored" if run.closed else "recording"
+    if run.closed:
+        return "delivered"
+    return "delivering" if run.end_status else "recording"
+
+
+def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
+    """A run as every command prints it in ``--json`` (the keys are documented
+    in docs/cli.md and stay stable)."""
+    waiting = spool.pending_count(run.local_id)
+    local = run.mode == "local"
+    return {
+        "id": run.local_id,
+        "name": run.name,
+        "kind": run.kind,
+        "mode": run.mode,
+        "status": run.end_status or "running",
+        "state": run_state(run),
+        "closed": run.closed,
+        "model": run.identity.model,
+        "environments": list(run.identity.environments),
+        "platform_id": run.platform_id,
+        "url": run.url,
+        "episodes": run.episodes,
+        # Local runs wait for nobody: their episodes are stored, to be pushed.
+        "pending": 0 if local else waiting,
+        "not_pushed": waiting if local else 0,
+        "failed": run.failed,
+        "rejected": run.rejected,
+        "uncertain": run.uncertain,
+        "corrupt": run.corrupt,
+        "unencodable": run.unencodable,
+        "duplicates": run.duplicates,
+        "error": run.end_error,
+        "last_error": run.last_error,
+        "next_step": next_step(run.local_id, run.last_error) if run.stopped else None,
+        "created_at": _iso(run.created_at),
+        "ended_at": _iso(run.ended_at) if run.ended_at else None,
+        "summary": run_summary(run),
+        "spool": str(spool.path),
+    }
+
+
+def _iso(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(stamp))
+
+
+def select_runs(
+    spool: Spool,
+    *,
+    statuses: Sequence[str] = (),
+    kind: str | None = None,
+    name: str | None = None,
+    since: float | None = None,
+    older_than: float | None = None,
+) -> list[RunRow]:
+    """Runs newest first, filtered; a status filter matches ``status`` or ``state``."""
+    chosen = []
+    now = time.time()
+    for row in spool.runs():
+        if statuses and not {row.end_status or "running", run_state(row)} & set(statuses):
+            continue
+        if kind and row.kind != kind:
+            continue
+        if name and name.lower() not in (row.name or "").lower():
+            continue
+        if since is not None and row.created_at < since:
+            continue
+        if older_than is not None and now - row.created_at < older_than:
+            continue
+        chosen.append(row)
+    return chosen
+
+
+def episode_rewards(spool: Spool, run: RunRow, limit: int = 100_000) -> list[float]:
+    """Each stored episode's reward (its summary trace's), up to ``limit``."""
+    rewards: list[float] = []
+    for episode in spool.iter_episodes(run.local_id):
+        try:
+            record = fast_loads(episode.record)
+            traces = record.get("traces") or ()
+            if traces:
+                reward = float(TraceScores.of(traces[summary_trace_index(record)]).reward)
+                if math.isfinite(reward):
+                    rewards.append(reward)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+        if len(rewards) >= limit:
+            break
+    return rewards

@@ -1,0 +1,102 @@
+"""``prime-runs-otel rm`` and ``prune``: take runs out of the local store
+(never off the platform), refusing a run still being recorded or
+delivered unless told to."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...deliver.spool import RunRow
+from ..arguments import json_option, parse_age, spool_option
+from ..exits import EXIT_OK, UsageError
+from ..output import print_json
+from .lookup import find, open_spool
+from .queries import STATES, STATUSES, select_runs
+
+
+def _live(run: RunRow) -> bool:
+    """Still being recorded or delivered: removing it would lose work in flight."""
+    if run.mode == "local":
+        return not run.closed
+    return not (run.settled or run.stopped)
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    _, spool = open_spool(args.spool_dir)
+    runs = [find(spool, key) for key in args.runs]
+    live = [run for run in runs if _live(run)]
+    if live and not args.force:
+        ids = ", ".join(run.local_id[:12] for run in live)
+        raise UsageError(
+            f"{ids}: still being recorded or delivered; wait until it is closed "
+            "(`prime-runs-otel show RUN --follow`), or pass --force to remove it anyway"
+        )
+    removed: list[dict[str, Any]] = []
+    for run in runs:
+        episodes = spool.delete_run(run.local_id)
+        removed.append({"id": run.local_id, "name": run.name, "episodes": episodes})
+    if args.json:
+        print_json({"removed": removed})
+    else:
+        for item in removed:
+            print(f"removed {item['id']} ({item['name'] or '-'}, {item['episodes']} episode(s))")
+        print("only the local copy is gone; a run already on the platform stays there")
+    return EXIT_OK
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    if args.older_than is None and not args.status:
+        raise UsageError(
+            "say what to prune: --older-than AGE (e.g. 30d) and/or --status STATUS "
+            "(e.g. delivered, stored, failed); --dry-run lists it first"
+        )
+    _, spool = open_spool(args.spool_dir)
+    rows = [
+        row
+        for row in select_runs(spool, statuses=args.status or (), older_than=args.older_than)
+        if not _live(row)
+    ]
+    items = [{"id": row.local_id, "name": row.name, "episodes": row.episodes} for row in rows]
+    if not args.dry_run:
+        for row in rows:
+            spool.delete_run(row.local_id)
+    if args.json:
+        print_json({"would_remove" if args.dry_run else "removed": items})
+        return EXIT_OK
+    verb = "would remove" if args.dry_run else "removed"
+    for item in items:
+        print(f"{verb} {item['id']} ({item['name'] or '-'}, {item['episodes']} episode(s))")
+    if not items:
+        print("no closed run matches; nothing removed")
+    return EXIT_OK
+
+
+def add_remove_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    rm = commands.add_parser(
+        "rm", parents=[common], help="remove runs from the local store (not from the platform)"
+    )
+    rm.add_argument("runs", nargs="+", metavar="RUN", help="the runs to remove")
+    rm.add_argument(
+        "--force", action="store_true", help="remove even a run still being recorded or delivered"
+    )
+    json_option(rm, "what was removed")
+    spool_option(rm)
+    rm.set_defaults(func=cmd_rm)
+
+    prune = commands.add_parser(
+        "prune", parents=[common], help="remove closed runs from the local store by age or status"
+    )
+    prune.add_argument(
+        "--older-than", type=parse_age, metavar="AGE", help="created more than AGE ago (30d, 12h)"
+    )
+    prune.add_argument(
+        "--status",
+        action="append",
+        choices=STATUSES + STATES,
+        help="with this status or state (repeatable)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    json_option(prune, "what was removed")
+    spool_option(prune)
+    prune.set_defaults(func=cmd_prune)

@@ -1,0 +1,74 @@
+"""``prime-runs-otel runs``: the runs in the spool, newest first, as a table
+or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from ..._text import one_line
+from ..arguments import json_option, parse_since, positive_int, spool_option
+from ..exits import EXIT_OK
+from ..output import print_json, stdout_gone
+from .lookup import open_spool
+from .queries import STATES, STATUSES, run_view, select_runs
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    _, spool = open_spool(args.spool_dir)
+    rows = select_runs(
+        spool, statuses=args.status or (), kind=args.kind, name=args.name, since=args.since
+    )
+    if args.limit:
+        rows = rows[: args.limit]
+    if args.json:
+        print_json([run_view(spool, row) for row in rows])
+        return EXIT_OK
+    if not rows:
+        print(f"no runs in {spool.path}" + (" match" if _filtered(args) else ""))
+        return EXIT_OK
+    print(
+        f"{'ID':<12}  {'NAME':<28} {'KIND':<5} {'STATUS':<9} {'STATE':<10} "
+        f"{'EPISODES':>8} {'PENDING':>7} {'NOT PUSHED':>10}  CREATED"
+    )
+    for row in rows:
+        view = run_view(spool, row)
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.created_at))
+        name = one_line((row.name or "-")[:28])
+        print(
+            f"{one_line(row.local_id[:12]):<12}  {name:<28} {row.kind:<5} "
+            f"{view['status']:<9} {view['state']:<10} {row.episodes:>8} {view['pending']:>7} "
+            f"{view['not_pushed']:>10}  {created}"
+        )
+        if stdout_gone():
+            break
+    return EXIT_OK
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return bool(args.status or args.kind or args.name or args.since)
+
+
+def add_runs_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    runs = commands.add_parser(
+        "runs", parents=[common], help="list the runs in the spool, newest first"
+    )
+    runs.add_argument(
+        "--status",
+        action="append",
+        choices=STATUSES + STATES,
+        help="only runs with this status or state (repeatable)",
+    )
+    runs.add_argument("--kind", choices=["eval", "train"], help="only eval or training runs")
+    runs.add_argument("--name", help="only runs whose name contains this text")
+    runs.add_argument(
+        "--since",
+        type=parse_since,
+        metavar="AGE|DATE",
+        help="only runs created since (7d, 2026-01-31)",
+    )
+    runs.add_argument("--limit", type=positive_int, metavar="N", help="at most N runs")
+    json_option(runs, "the runs")
+    spool_option(runs)
+    runs.set_defaults(func=cmd_runs)

@@ -1,0 +1,181 @@
+"""``prime-runs-otel show``: one run for a person to read (its summary,
+metrics, a reward histogram, where it is and what to do next), or followed
+live until it is closed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..._text import one_line
+from ...deliver.spool import RunRow, Spool
+from ..arguments import json_option, non_negative_float, spool_option
+from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
+from ..output import human_bytes, print_json, stdout_gone
+from .lookup import find, open_spool
+from .queries import episode_rewards, run_view
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    _, spool = open_spool(args.spool_dir)
+    run = find(spool, args.run)
+    if args.follow:
+        return follow(spool, run.local_id, interval=args.interval, as_json=args.json)
+    if args.json:
+        print_json(run_view(spool, run))
+    else:
+        print_show(spool, run)
+    return EXIT_OK
+
+
+def histogram(values: Sequence[float], bins: int = 10, width: int = 40) -> list[str]:
+    """A reward histogram as text lines: ``[low, high)  ####  count``."""
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    if high == low:
+        return [f"  {low:>8.3f}          {'#' * width} {len(values)}"]
+    step = (high - low) / bins
+    counts = [0] * bins
+    for value in values:
+        counts[min(int((value - low) / step), bins - 1)] += 1
+    top = max(counts)
+    lines = []
+    for index, count in enumerate(counts):
+        start = low + index * step
+        bar = "#" * (round(width * count / top) if count else 0)
+        lines.append(f"  {start:>8.3f} - {start + step:<8.3f} {bar:<{width}} {count}")
+    return lines
+
+
+def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
+    """The readable summary of one run."""
+    stream = out or sys.stdout
+    view = run_view(spool, run)
+
+    def line(label: str, text: str) -> None:
+        print(f"{label:<11} {one_line(str(text))}", file=stream)
+
+    line("run", f"{run.local_id}" + (f"  ({run.name})" if run.name else ""))
+    identity = run.identity
+    about = [run.kind]
+    if identity.model:
+        about.append(f"model {identity.model}")
+    if identity.environments:
+        about.append("environments " + ", ".join(identity.environments))
+    if identity.framework:
+        about.append(f"framework {identity.framework}")
+    line("what", " · ".join(about))
+    where = {
+        "stored": "kept in the local store (not pushed)",
+        "recording": "still recording",
+        "delivering": "being delivered",
+        "delivered": "delivered and closed on the platform",
+        "stopped": "delivery stopped (see error)",
+    }[view["state"]]
+    line("status", f"{view['status']}, {where}")
+    counts = (
+        f"{run.episodes} stored · {view['pending']} pending · {view['not_pushed']} not pushed · "
+        f"{view['failed']} failed · {run.uncertain} uncertain · {run.corrupt} corrupt · "
+        f"{run.duplicates} duplicates"
+    )
+    line("episodes", counts)
+    summary = view["summary"]
+    if run.episodes:
+        line("error rate", f"{100 * float(summary.get('avg_error', 0.0)):.1f} %")
+    if "avg_reward" in summary:
+        line("reward", f"{summary['avg_reward']:.4f} (mean)")
+    metrics = summary.get("avg_metrics") or {}
+    if metrics:
+        line("metrics", "")
+        width = max(len(name) for name in metrics)
+        for name, value in sorted(metrics.items()):
+            print(f"  {name:<{width}}  {value:>10.4f}", file=stream)
+    rewards = episode_rewards(spool, run)
+    if len(rewards) > 1:
+        line("rewards", f"histogram of {len(rewards)} episode(s)")
+        for text in histogram(rewards):
+            print(text, file=stream)
+    if run.platform_id:
+        line("platform", run.platform_id + (f"  {run.url}" if run.url else ""))
+    if run.end_error:
+        line("ended with", run.end_error)
+    if run.last_error:
+        line("error", run.last_error)
+    if view["next_step"]:
+        line("next", view["next_step"])
+    elif view["state"] == "stored" and run.episodes:
+        line("next", f"prime-runs-otel push {run.local_id[:12]}  (once you have a key)")
+    line("created", view["created_at"])
+    line("spool", f"{spool.path} ({human_bytes(spool.size_bytes())})")
+
+
+def _follow_line(view: dict[str, Any], rate: float) -> str:
+    summary = view["summary"]
+    reward = summary.get("avg_reward")
+    parts = [
+        f"{view['status']}/{view['state']}",
+        f"{view['episodes']} episodes",
+        f"{rate:.1f}/s",
+        f"reward {reward:.4f}" if isinstance(reward, (int, float)) else "reward -",
+        f"{view['pending']} pending",
+        f"{view['failed']} failed",
+    ]
+    if view["last_error"]:
+        parts.append(f"error: {view['last_error'][:80]}")
+    return " · ".join(parts)
+
+
+def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> int:
+    """Redraw the run's progress until it is closed or stopped (or Ctrl-C):
+    episodes, their rate, the reward so far, what is pending, errors."""
+    tty = sys.stdout.isatty() and not as_json
+    previous: tuple[float, int] | None = None
+    while True:
+        run = spool.run(local_id)
+        if run is None:
+            raise UsageError(f"run {local_id} was removed from {spool.path}")
+        view = run_view(spool, run)
+        now = time.monotonic()
+        rate = 0.0
+        if previous is not None and now > previous[0]:
+            rate = (run.episodes - previous[1]) / (now - previous[0])
+        previous = (now, run.episodes)
+        if as_json:
+            print(json.dumps({**view, "rate": round(rate, 3)}), flush=True)
+        elif tty:
+            sys.stdout.write("\r\033[K" + _follow_line(view, rate))
+            sys.stdout.flush()
+        else:
+            print(_follow_line(view, rate), flush=True)
+        if stdout_gone():
+            return EXIT_OK
+        if run.settled or run.stopped or (run.mode == "local" and run.closed):
+            if tty:
+                print()
+            return EXIT_INCOMPLETE if run.stopped else EXIT_OK
+        time.sleep(interval)
+
+
+def add_show_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    show = commands.add_parser(
+        "show", parents=[common], help="one run: summary, metrics, rewards, status, errors"
+    )
+    show.add_argument("run", help="run id, platform id, a unique prefix, or the run's name")
+    show.add_argument(
+        "--follow", "-f", action="store_true", help="keep updating until the run is closed"
+    )
+    show.add_argument(
+        "--interval",
+        type=non_negative_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="with --follow: seconds between updates (default 1)",
+    )
+    json_option(show, "the run (with --follow: one JSON object per line)")
+    spool_option(show)
+    show.set_defaults(func=cmd_show)

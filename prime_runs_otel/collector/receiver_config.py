@@ -1,0 +1,86 @@
+"""How ``serve`` listens and what it allows: :class:`ReceiverConfig`, its
+defaults, and the checks that refuse a configuration that would expose the
+spool or cannot work.
+
+Its own module because the command line (``serve``'s options and their
+defaults), the process and both fronts read it: none of them owns it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
+
+MiB = 1024 * 1024
+#: Room for one 64 MiB episode record (the Prime Traces line limit) with its
+#: OTLP framing and JSON escaping, plus a few ordinary spans beside it.
+DEFAULT_MAX_BODY_BYTES = 256 * MiB
+#: A producer that sends nothing for this long and never sent its end span
+#: is taken to have crashed. Long enough for slow rollouts between episodes.
+DEFAULT_IDLE_TIMEOUT = 3600.0
+#: Memory the requests being decoded may take together, estimated as
+#: :data:`.bodies.DECODE_EXPANSION` times each decompressed body (see
+#: :class:`.bodies.DecodeBudget`).
+DEFAULT_MEMORY_BYTES = 2048 * MiB
+#: How long a request body may take to arrive, from its first byte to its last.
+DEFAULT_READ_TIMEOUT = 120.0
+#: How long in-flight requests may take to finish after a stop signal.
+DEFAULT_SHUTDOWN_GRACE = 30.0
+#: Requests decoded and committed at once; the rest wait their turn. Spool
+#: commits serialise anyway, and each large request holds its body in memory.
+DEFAULT_WORKERS = 4
+TOKEN_ENV = "PRIME_RUNS_OTEL_SERVE_TOKEN"
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    """How ``serve`` listens. ``grpc_port=None`` turns gRPC off; port 0 picks
+    a free port (read it back from :attr:`.receiver.Receiver.http_port`)."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 4318
+    grpc_port: int | None = 4317
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    workers: int = DEFAULT_WORKERS
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    max_held_spans: int = DEFAULT_MAX_HELD_SPANS
+
+    def validate(self) -> None:
+        """Refuse settings that would expose the spool or cannot work."""
+        if not self.token and not is_loopback(self.host):
+            raise ConfigError(
+                f"serve listens on {self.host}, beyond this machine, so it needs a bearer "
+                f"token: pass --token or set {TOKEN_ENV} (collectors then send "
+                "'Authorization: Bearer <token>'), or listen on 127.0.0.1"
+            )
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"the body limit {self.max_body_bytes} bytes is too small to work")
+        if self.idle_timeout <= 0:
+            raise ConfigError("the idle timeout must be a positive number of seconds")
+        if self.workers < 1:
+            raise ConfigError("serve needs at least one worker")
+        if self.memory_bytes < 1:
+            raise ConfigError("serve needs some memory to decode requests in")
+        if self.read_timeout <= 0:
+            raise ConfigError("the time a request body may take must be positive")
+        if self.settle_seconds < 0:
+            raise ConfigError("the wait for an episode's spans cannot be negative")
+        if self.max_held_spans < 1:
+            raise ConfigError("serve must be able to hold at least one span for synthesis")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
