@@ -148,6 +148,89 @@ def test_no_module_imports_a_higher_layer() -> None:
     )
 
 
+def import_loops(found: list[Import]) -> list[list[str]]:
+    """The circles in the import graph: groups of modules that import one
+    another, directly or round a longer loop (Tarjan's strongly connected
+    components). Taking ``__version__`` from the package root is no edge: the
+    root imports the public API lazily, for its names only."""
+    edges: dict[str, set[str]] = {}
+    for item in found:
+        if item.target == PACKAGE and item.name in ROOT_NAMES_ALLOWED:
+            continue
+        if item.target != item.module:
+            edges.setdefault(item.module, set()).add(item.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    loops: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                loops.append(sorted(group))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return loops
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """An import loop ties two modules into one unit that neither can be
+    read, tested or moved without: put what both need in a module below
+    them. Lazy and type-only imports count, as in the layering check."""
+    loops = import_loops(package_imports())
+    assert not loops, "import loops (move the shared piece below both):\n" + "\n".join(
+        " <-> ".join(group) for group in loops
+    )
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        # two modules importing each other, one of them inside a function
+        (
+            {"a": "from . import b", "b": "def f():\n    from . import a\n"},
+            [["a", "b"]],
+        ),
+        # round three modules
+        (
+            {"a": "from . import b", "b": "from . import c", "c": "from .a import x"},
+            [["a", "b", "c"]],
+        ),
+        # a chain is no loop; the root's version is no edge
+        ({"a": "from . import b", "b": "from . import __version__"}, []),
+    ],
+)
+def test_the_loop_check_catches_what_it_should(
+    sources: dict[str, str], expected: list[list[str]]
+) -> None:
+    known = frozenset({PACKAGE, *(f"{PACKAGE}.{name}" for name in sources)})
+    found = [
+        item
+        for name, source in sources.items()
+        for item in imports_of(f"{PACKAGE}.{name}", source, is_package=False, known=known)
+    ]
+    assert import_loops(found) == [[f"{PACKAGE}.{name}" for name in group] for group in expected]
+
+
 KNOWN = frozenset(
     {
         PACKAGE,
@@ -158,7 +241,7 @@ KNOWN = frozenset(
         f"{PACKAGE}.deliver",
         f"{PACKAGE}.deliver.spool",
         f"{PACKAGE}.produce",
-        f"{PACKAGE}.produce.instrument",
+        f"{PACKAGE}.produce.episode",
     }
 )
 
@@ -169,7 +252,7 @@ KNOWN = frozenset(
         # relative, one level up, into a higher folder
         (f"{PACKAGE}.read.records", False, "from ..deliver import spool", ["deliver"]),
         # relative, a name from a sibling folder's module
-        (f"{PACKAGE}.read.records", False, "from ..produce.instrument import x", ["produce"]),
+        (f"{PACKAGE}.read.records", False, "from ..produce.episode import x", ["produce"]),
         # absolute, inside a function
         (
             f"{PACKAGE}.deliver.spool",
@@ -184,14 +267,14 @@ KNOWN = frozenset(
         (f"{PACKAGE}.semconv", False, "from . import __version__", []),
         # under TYPE_CHECKING
         (
-            f"{PACKAGE}.produce.instrument",
+            f"{PACKAGE}.produce.episode",
             False,
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..read import records",
             ["read"],
         ),
         # allowed: down the layers
         (f"{PACKAGE}.deliver.spool", True, "from ...read.records import RunIdentity", []),
-        (f"{PACKAGE}.run", False, "from .produce import instrument\nfrom . import semconv", []),
+        (f"{PACKAGE}.run", False, "from .produce import episode\nfrom . import semconv", []),
     ],
 )
 def test_the_check_catches_what_it_should(

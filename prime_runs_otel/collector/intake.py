@@ -371,7 +371,7 @@ class _BufferReport:
         logger.warning(
             "%d model-call span(s) arrived under no episode span within %gs and were let go "
             "(%d so far). To report them as episodes, wrap each rollout in "
-            "prime_runs_otel.instrument.episode_span(...) in the producer.",
+            "prime_runs_otel.episode_span(...) in the producer.",
             unclaimed,
             self._trees.max_wait_seconds,
             stats.unclaimed_model_calls,

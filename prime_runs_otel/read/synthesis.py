@@ -5,7 +5,7 @@ instrumentations (``gen_ai.*`` spans, messages in ``gen_ai.input.messages``),
 by OpenInference (``llm.input_messages.*``) or by OpenLLMetry
 (``gen_ai.prompt.*``, ``traceloop.*``). Such code only has to wrap each rollout
 in an episode span with its rollout attributes (``prime.episode.example_id``,
-the reward; see :func:`prime_runs_otel.instrument.episode_span`) for the
+the reward; see :func:`prime_runs_otel.episode_span`) for the
 platform to get whole episodes: the record verifiers would have written is
 rebuilt here from the spans under the episode span. Model calls become the
 record's calls and its message graph, agent spans its traces, span status its
