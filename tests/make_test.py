@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ MAKE = os.environ.get("MAKE", "make")
 PYTEST = [
     str(ROOT / ".venv" / "bin" / "python"),
     *("-m", "pytest", "-q", "--durations=15"),
-    *("-n", WORKERS, "--dist", "load", "--maxschedchunk", "1"),
+    *("-n", WORKERS, "--dist", "loadgroup"),
 ]
 
 
@@ -49,6 +50,7 @@ class Phase:
     cpu: float = 0.0
     returncode: int | None = None
     process: subprocess.Popen[bytes] | None = None
+    _reaper: threading.Thread = field(init=False, repr=False)
 
     def start(self, env: dict[str, str], output: int | None = None) -> Phase:
         self.started = time.monotonic()
@@ -60,15 +62,20 @@ class Phase:
             stderr=subprocess.STDOUT if output is not None else None,
             start_new_session=self.background,
         )
+        # Reaped as soon as it ends, so a background phase's wall time is its own.
+        self._reaper = threading.Thread(target=self._reap, args=(self.process,), daemon=True)
+        self._reaper.start()
         return self
 
+    def _reap(self, process: subprocess.Popen[bytes]) -> None:
+        _, status, usage = os.wait4(process.pid, 0)
+        self.wall = time.monotonic() - self.started
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.returncode = process.returncode = os.waitstatus_to_exitcode(status)
+
     def wait(self) -> int:
-        assert self.process is not None
-        if self.returncode is None:
-            _, status, usage = os.wait4(self.process.pid, 0)
-            self.returncode = self.process.returncode = os.waitstatus_to_exitcode(status)
-            self.wall = time.monotonic() - self.started
-            self.cpu = usage.ru_utime + usage.ru_stime
+        self._reaper.join()
+        assert self.returncode is not None
         return self.returncode
 
     def stop(self) -> None:
@@ -115,11 +122,13 @@ def main(pytest_args: list[str]) -> int:
         Phase("tests", [*PYTEST, *pytest_args]),
     ]
     done: list[Phase] = []
-    passed = all(run(step, env, done) for step in steps)
-    if passed:
-        collector.wait()
-    else:
-        collector.stop()
+    passed = False
+    try:
+        passed = all(run(step, env, done) for step in steps)
+    finally:
+        if not passed:  # a failed phase, or Ctrl-C: the build is not wanted any more
+            collector.stop()
+    collector.wait()
     if passed and collector.returncode != 0:
         print(f"\n== the collector build failed; its log ({log}):")
         print(log.read_text()[-4000:])
