@@ -77,6 +77,11 @@ if ! command -v go >/dev/null 2>&1; then
     exit 1
 fi
 
+# The Go compiler without garbage collection: a fifth less CPU, and each
+# compile still stays near 1 GB.
+GOGC="${GOGC:-off}"
+export GOGC
+
 # The builder at the release of the manifest's components (dist.version).
 version=$(sed -n 's/^  version: *\([0-9.]*\).*/\1/p' "$manifest" | head -n 1)
 if [ -z "$version" ]; then
