@@ -45,12 +45,12 @@ typecheck: $(TESTING)
 otelcol:
 	@sh collector-config/build-otelcol.sh
 
-# Every check, timed (tests/make_test.py): the collector builds in the
+# Every check, timed (tests/check_all.py): the collector builds in the
 # background from the start, the tests run in parallel workers, and where the
 # time went is printed at the end. A missing collector fails its tests, it
 # never skips them. TEST_WORKERS=N sets the workers; PYTEST_ARGS goes to pytest.
 test:
-	@MAKE="$(MAKE)" $(PYTHON) tests/make_test.py $(PYTEST_ARGS)
+	@MAKE="$(MAKE)" $(PYTHON) tests/check_all.py $(PYTEST_ARGS)
 
 bench: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
