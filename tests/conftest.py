@@ -18,8 +18,11 @@ from prime_runs_otel.testing import FakePlatform
 #: end the run on one of them while the others sit idle.
 SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py")
 #: Modules that run the collector distribution, which `make test` builds in
-#: the background meanwhile: last, to give the build the most time.
+#: the background meanwhile: last, to give the build the most time. Their
+#: first test in a worker may wait for the build (or, without `make test`,
+#: build it), so their time limit has the minutes of a build on top.
 COLLECTOR_LAST = ("test_collector_config.py", "test_otelcol.py")
+COLLECTOR_TIMEOUT = 1800
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -29,6 +32,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 2 if item.path.name in COLLECTOR_LAST else 1
 
     items.sort(key=rank)
+    for item in items:
+        if item.path.name in COLLECTOR_LAST:
+            item.add_marker(pytest.mark.timeout(COLLECTOR_TIMEOUT))
 
 
 @pytest.fixture(autouse=True)
