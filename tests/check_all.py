@@ -108,6 +108,10 @@ def report(phases: list[Phase], began: float) -> None:
 
 def main(pytest_args: list[str]) -> int:
     began = time.monotonic()
+    # A shell that starts a command in the background (`&`, nohup) has it
+    # ignore Ctrl-C, and its children inherit that: the tests that press
+    # Ctrl-C on a process would fail. Handled here, it is default again in them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Tests build the quick flavour too, so they wait for this build rather than start another.
     env = {**os.environ, "OTELCOL_QUICK_BUILD": "1"}
     log = Path(tempfile.mkdtemp(prefix="make-test-")) / "otelcol-build.log"
