@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,7 +134,9 @@ def main(pytest_args: list[str]) -> int:
         if not passed:  # a failed phase, or Ctrl-C: the build is not wanted any more
             collector.stop()
     collector.wait()
-    if passed and collector.returncode != 0:
+    if collector.returncode == 0:
+        shutil.rmtree(log.parent)
+    elif passed:
         print(f"\n== the collector build failed; its log ({log}):")
         print(log.read_text()[-4000:])
     report([collector, *done], began)
