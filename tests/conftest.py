@@ -13,6 +13,29 @@ import pytest
 
 from prime_runs_otel.testing import FakePlatform
 
+#: Modules whose tests take the longest (each runs the real vf-eval several
+#: times, or fuzzes a serve process): first, so that parallel workers do not
+#: end the run on one of them while the others sit idle.
+SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py")
+#: Modules that run the collector distribution, which `make test` builds in
+#: the background meanwhile: last, to give the build the most time. Their
+#: first test in a worker may wait for the build (or, without `make test`,
+#: build it), so their time limit has the minutes of a build on top.
+COLLECTOR_LAST = ("test_collector_config.py", "test_otelcol.py")
+COLLECTOR_TIMEOUT = 1800
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        if item.path.name in SLOWEST_FIRST:
+            return 0
+        return 2 if item.path.name in COLLECTOR_LAST else 1
+
+    items.sort(key=rank)
+    for item in items:
+        if item.path.name in COLLECTOR_LAST:
+            item.add_marker(pytest.mark.timeout(COLLECTOR_TIMEOUT))
+
 
 @pytest.fixture(autouse=True)
 def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

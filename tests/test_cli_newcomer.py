@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -190,16 +189,11 @@ def test_replaying_the_same_file_again_adds_nothing(tmp_path: Path) -> None:
 # -- 6. OTLP replay reports what the endpoint did ----------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_otlp_replay_to_nothing_reports_nothing_accepted(tmp_path: Path) -> None:
+    from test_receiver import free_port
+
     path = _write_traces(tmp_path / "run", 6)
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     done = _cli("replay", str(path), "--otlp-endpoint", url, "--timeout", "2", "--json")
     assert done.returncode == 1
     report = json.loads(done.stdout)

@@ -218,16 +218,28 @@ def test_the_manifest_builds_exactly_the_components_the_configs_use() -> None:
     assert manifest["dist"]["version"] == PINNED_VERSION.removeprefix("v")
 
 
+#: The environment the tests were started in, before each test's own HOME:
+#: the build script finds its cache and Go its caches under the real one.
+MACHINE_ENV = dict(os.environ)
+
+
 @functools.cache
+def collector_build() -> subprocess.CompletedProcess[str]:
+    """The build script, run once per test process: it waits for the build
+    ``make test`` started in the background, or builds. A failed build fails
+    every collector test with its log, without building again for each."""
+    return subprocess.run(
+        ["sh", str(BUILD)], env=MACHINE_ENV, capture_output=True, text=True, timeout=1800
+    )
+
+
 def otelcol_bin() -> str:
-    """The collector to run: ``OTELCOL_BIN`` as ``make test`` sets it, else the
-    distribution the build script builds (or finds in its cache), as ``make
-    otelcol`` would; a build that fails fails the test."""
+    """The collector to run: ``OTELCOL_BIN`` when set, else the distribution
+    the build script builds (or finds in its cache), as ``make otelcol``
+    would; a build that fails fails the test."""
     binary = os.environ.get("OTELCOL_BIN")
     if not binary:
-        built = subprocess.run(
-            ["sh", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False
-        )
+        built = collector_build()
         assert built.returncode == 0, f"building the collector failed:\n{built.stderr}"
         binary = built.stdout.splitlines()[-1]
     assert os.access(binary, os.X_OK), f"OTELCOL_BIN={binary} is not an executable file"

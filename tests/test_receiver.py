@@ -8,6 +8,7 @@ import base64
 import gzip
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -55,11 +56,26 @@ ENVIRONMENT = "gsm8k-demo"
 # -- a serve process ---------------------------------------------------------------
 
 
+#: Where free_port looks: below Linux's ephemeral range (32768 and up by
+#: default), from which the kernel hands out ports for bind(0) and for every
+#: outgoing connection, so another test worker's client could take a port
+#: from there between free_port and the server binding it.
+PORTS = range(15000, 32768)
+_pick = random.SystemRandom()  # hypothesis reseeds the module's own
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port nothing listens on, for a server that must be given
+    one (and keep it across restarts)."""
+    for _ in range(200):
+        port = _pick.choice(PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free loopback port in {PORTS}")
 
 
 def serve_env(root: Path, platform: FakePlatform | None, **extra: str) -> dict[str, str]:

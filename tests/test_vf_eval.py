@@ -34,10 +34,41 @@ TASKSET = Path(__file__).resolve().parent / "vf_env"
 VOLATILE = frozenset({"id", "timestamp", "timing", "time", "runtime", "key", "hash"})
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def model() -> Iterator[FakeOpenAI]:
+    """One model for the module: its answers depend on the question only."""
     with FakeOpenAI(accuracy=0.6) as fake:
         yield fake
+
+
+@pytest.fixture(scope="module")
+def platform() -> Iterator[FakePlatform]:
+    """One fake platform for the module, so that one test's run can stand
+    beside another's (the platform's environment ids are compared too); the
+    tests tell their runs apart by id."""
+    with FakePlatform() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def pushed_once() -> dict[str, dict[str, Any]]:
+    return {}
+
+
+@pytest.fixture
+def pushed(
+    online: FakePlatform,
+    model: FakeOpenAI,
+    tmp_path: Path,
+    pushed_once: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """What the platform holds of the default eval through prime-runs itself
+    (`--push`): run by the first test that asks, in its environment, and
+    compared with by the others (an eval costs seconds of CPU; the tests that
+    share it run on one test worker, see their xdist_group)."""
+    if "content" not in pushed_once:
+        pushed_once["content"] = _pushed(online, model, tmp_path / "sdk")
+    return pushed_once["content"]
 
 
 def vf_eval_command(
@@ -146,6 +177,33 @@ def _new_run(platform: FakePlatform, before: set[str]) -> str:
     return run_id
 
 
+def _pushed(platform: FakePlatform, model: FakeOpenAI, root: Path, *args: str) -> dict[str, Any]:
+    """The eval through prime-runs itself (`--push`)."""
+    before = {run.id for run in platform.runs()}
+    root.mkdir()
+    vf_eval(platform, model, root / "outputs", *args)
+    run_id = _new_run(platform, before)
+    assert MARKER_KEY not in platform.run(run_id).metadata
+    return platform_content(platform, run_id)
+
+
+def _launched(
+    platform: FakePlatform,
+    model: FakeOpenAI,
+    root: Path,
+    launcher: Sequence[str],
+    env: dict[str, str],
+    *args: str,
+) -> dict[str, Any]:
+    """The eval unchanged under the launcher, reported by this package."""
+    before = {run.id for run in platform.runs()}
+    root.mkdir()
+    vf_eval(platform, model, root / "outputs", *args, launcher=launcher, env=env)
+    run_id = _new_run(platform, before)
+    assert MARKER_KEY in platform.run(run_id).metadata, "this package created the run"
+    return platform_content(platform, run_id)
+
+
 def _twice(
     platform: FakePlatform,
     model: FakeOpenAI,
@@ -155,23 +213,16 @@ def _twice(
     *args: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The same eval through prime-runs, then under the launcher."""
-    before = {run.id for run in platform.runs()}
-    (tmp_path / "sdk").mkdir()
-    vf_eval(platform, model, tmp_path / "sdk" / "outputs", *args)
-    sdk_id = _new_run(platform, before)
-    (tmp_path / "otel").mkdir()
-    vf_eval(platform, model, tmp_path / "otel" / "outputs", *args, launcher=launcher, env=env)
-    otel_id = _new_run(platform, before | {sdk_id})
-    assert MARKER_KEY not in platform.run(sdk_id).metadata
-    assert MARKER_KEY in platform.run(otel_id).metadata, "this package created the run"
-    return platform_content(platform, sdk_id), platform_content(platform, otel_id)
+    sdk = _pushed(platform, model, tmp_path / "sdk", *args)
+    return sdk, _launched(platform, model, tmp_path / "otel", launcher, env, *args)
 
 
+@pytest.mark.xdist_group("vf-eval-pushed")
 def test_vf_eval_under_opentelemetry_instrument_lands_as_with_push(
-    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path, pushed: dict[str, Any]
 ) -> None:
-    sdk, otel = _twice(online, model, tmp_path, [INSTRUMENT], INSTRUMENTED)
-    assert otel == sdk
+    otel = _launched(online, model, tmp_path / "otel", [INSTRUMENT], INSTRUMENTED)
+    assert otel == pushed
     assert otel["status"] == "COMPLETED" and len(otel["episodes"]) == 6
     assert otel["create"]["environments"] and otel["create"]["framework"] == "verifiers"
     rewards = sorted(e["traces"][0]["rewards"]["correct"]["score"] for e in otel["episodes"])
@@ -232,19 +283,21 @@ def test_a_resumed_eval_lands_as_with_push(
     assert first["status"] == second["status"] == "COMPLETED"
 
 
+@pytest.mark.xdist_group("vf-eval-pushed")
 def test_vf_eval_under_prime_runs_otel_run_lands_as_with_push(
-    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path, pushed: dict[str, Any]
 ) -> None:
     """The launcher for those without opentelemetry-distro: no OTEL_*
     setting at all, the same result."""
     launcher = [str(BIN / "prime-runs-otel"), "run", "--"]
-    sdk, otel = _twice(online, model, tmp_path, launcher, {})
-    assert otel == sdk
+    otel = _launched(online, model, tmp_path / "otel", launcher, {})
+    assert otel == pushed
     assert otel["status"] == "COMPLETED" and len(otel["episodes"]) == 6
 
 
+@pytest.mark.xdist_group("vf-eval-pushed")
 def test_vf_eval_over_otlp_through_serve_lands_as_with_push(
-    online: FakePlatform, model: FakeOpenAI, tmp_path: Path
+    online: FakePlatform, model: FakeOpenAI, tmp_path: Path, pushed: dict[str, Any]
 ) -> None:
     """OTEL_TRACES_EXPORTER=otlp: the eval process only sends OTLP; `serve`
     (its own spool, the platform's credentials) creates, streams and closes
@@ -254,9 +307,6 @@ def test_vf_eval_over_otlp_through_serve_lands_as_with_push(
     serve = ServeProcess(tmp_path, serve_env(tmp_path, online)).start()
     try:
         before = {run.id for run in online.runs()}
-        (tmp_path / "sdk").mkdir()
-        vf_eval(online, model, tmp_path / "sdk" / "outputs")
-        [sdk_id] = [run.id for run in online.runs() if run.id not in before]
         (tmp_path / "otel").mkdir()
         otlp = {
             **INSTRUMENTED,
@@ -269,13 +319,13 @@ def test_vf_eval_over_otlp_through_serve_lands_as_with_push(
         vf_eval(online, model, tmp_path / "otel" / "outputs", launcher=[INSTRUMENT], env=otlp)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            fresh = [run for run in online.runs() if run.id not in before | {sdk_id}]
+            fresh = [run for run in online.runs() if run.id not in before]
             if fresh and fresh[0].closed:
                 break
             time.sleep(0.2)
-        [otel_run] = [run for run in online.runs() if run.id not in before | {sdk_id}]
+        [otel_run] = [run for run in online.runs() if run.id not in before]
         assert MARKER_KEY in otel_run.metadata
-        assert platform_content(online, otel_run.id) == platform_content(online, sdk_id)
+        assert platform_content(online, otel_run.id) == pushed
         assert otel_run.status == "COMPLETED"
     finally:
         serve.stop()

@@ -1,0 +1,147 @@
+"""What `make test` runs: every check, each phase timed, and at the end where
+the time went (wall and CPU seconds of each phase, and pytest's slowest tests).
+
+The collector build (Go: minutes of CPU on a fresh machine) needs nothing from
+the virtualenv, so it starts first, in the background, and overlaps the
+install, lint, typecheck and the tests that do not run the collector. The
+tests run in parallel workers, the collector tests last: they call the build
+script, which waits for the build under way (collector-config/build-otelcol.sh).
+With OTELCOL_BIN set nothing is built and that binary is used.
+
+Run by the machine's Python before the virtualenv exists: the standard library
+only. Arguments are passed on to pytest; TEST_WORKERS sets how many workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: More workers than the two cores CI has: many tests wait on subprocesses
+#: and sockets rather than compute.
+WORKERS = os.environ.get("TEST_WORKERS", "4")
+MAKE = os.environ.get("MAKE", "make")
+PYTEST = [
+    str(ROOT / ".venv" / "bin" / "python"),
+    *("-m", "pytest", "-q", "--durations=15"),
+    *("-n", WORKERS, "--dist", "loadgroup"),
+]
+
+
+@dataclass
+class Phase:
+    """One command, its wall time from start to exit and the CPU time it and
+    every process it waited for used."""
+
+    name: str
+    command: list[str]
+    background: bool = False
+    started: float = field(default_factory=time.monotonic)
+    wall: float = 0.0
+    cpu: float = 0.0
+    returncode: int | None = None
+    process: subprocess.Popen[bytes] | None = None
+    _reaper: threading.Thread = field(init=False, repr=False)
+
+    def start(self, env: dict[str, str], output: int | None = None) -> Phase:
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(
+            self.command,
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT if output is not None else None,
+            start_new_session=self.background,
+        )
+        # Reaped as soon as it ends, so a background phase's wall time is its own.
+        self._reaper = threading.Thread(target=self._reap, args=(self.process,), daemon=True)
+        self._reaper.start()
+        return self
+
+    def _reap(self, process: subprocess.Popen[bytes]) -> None:
+        _, status, usage = os.wait4(process.pid, 0)
+        self.wall = time.monotonic() - self.started
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.returncode = process.returncode = os.waitstatus_to_exitcode(status)
+
+    def wait(self) -> int:
+        self._reaper.join()
+        assert self.returncode is not None
+        return self.returncode
+
+    def stop(self) -> None:
+        """End a background phase that is no longer wanted, and what it started."""
+        if self.process is not None and self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # it had ended already
+                os.killpg(self.process.pid, signal.SIGTERM)
+            self.wait()
+
+
+def run(phase: Phase, env: dict[str, str], done: list[Phase]) -> bool:
+    print(f"== {phase.name}: {' '.join(phase.command)}", flush=True)
+    phase.start(env).wait()
+    done.append(phase)
+    return phase.returncode == 0
+
+
+def report(phases: list[Phase], began: float) -> None:
+    print("\n== where the time went (wall and CPU seconds; the collector builds beside the rest)")
+    for phase in phases:
+        how = "background" if phase.background else "          "
+        state = "ok" if phase.returncode == 0 else f"FAILED ({phase.returncode})"
+        print(
+            f"   {phase.name:<16} {phase.wall:7.1f} s wall {phase.cpu:7.1f} s CPU"
+            f"   {how} from {phase.started - began:5.1f} s   {state}"
+        )
+    cpu = sum(phase.cpu for phase in phases)
+    print(f"   {'make test':<16} {time.monotonic() - began:7.1f} s wall {cpu:7.1f} s CPU")
+
+
+def main(pytest_args: list[str]) -> int:
+    began = time.monotonic()
+    # A shell that starts a command in the background (`&`, nohup) has it
+    # ignore Ctrl-C, and its children inherit that: the tests that press
+    # Ctrl-C on a process would fail. Handled here, it is default again in them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Tests build the quick flavour too, so they wait for this build rather than start another.
+    env = {**os.environ, "OTELCOL_QUICK_BUILD": "1"}
+    log = Path(tempfile.mkdtemp(prefix="make-test-")) / "otelcol-build.log"
+    collector = Phase("collector build", ["sh", "collector-config/build-otelcol.sh"], True)
+    print(f"== {collector.name}: in the background, its log in {log}", flush=True)
+    with log.open("wb") as output:
+        collector.start(env, output=output.fileno())
+    steps = [
+        Phase("install", [MAKE, "-s", ".venv/.installed-test"]),
+        Phase("lint", [MAKE, "-s", "lint"]),
+        Phase("typecheck", [MAKE, "-s", "typecheck"]),
+        Phase("tests", [*PYTEST, *pytest_args]),
+    ]
+    done: list[Phase] = []
+    passed = False
+    try:
+        passed = all(run(step, env, done) for step in steps)
+    finally:
+        if not passed:  # a failed phase, or Ctrl-C: the build is not wanted any more
+            collector.stop()
+    collector.wait()
+    if collector.returncode == 0:
+        shutil.rmtree(log.parent)
+    elif passed:
+        print(f"\n== the collector build failed; its log ({log}):")
+        print(log.read_text()[-4000:])
+    report([collector, *done], began)
+    return 0 if passed and collector.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
