@@ -8,11 +8,11 @@ import argparse
 from typing import Any
 
 from ...deliver.spool import RunRow
+from ...view.runs import STATES, STATUSES, select_runs
 from ..arguments import json_option, parse_age, spool_option
 from ..exits import EXIT_OK, UsageError
 from ..output import print_json
 from .lookup import find, open_spool
-from .queries import STATES, STATUSES, select_runs
 
 
 def _live(run: RunRow) -> bool:

@@ -456,24 +456,27 @@ class SpoolViews(SpoolCore):
 
     def shared_examples(
         self, run_id: str, other_id: str, *, limit: int
-    ) -> tuple[int, list[tuple[str, float, float]]]:
-        """How many examples both runs rewarded, and up to ``limit`` of them
-        with their mean rewards in each, those that differ most first."""
+    ) -> tuple[tuple[int, int, int], list[tuple[str, float, float]]]:
+        """Examples both runs rewarded: how many, on how many ``other_id``'s
+        mean reward is higher and on how many lower; and up to ``limit`` of
+        them with their mean rewards in each, those that differ most first."""
+        joined = (
+            "FROM rollouts a JOIN rollouts b ON b.run_id = ? AND b.example_key = a.example_key "
+            "AND b.rewarded > 0 WHERE a.run_id = ? AND a.rewarded > 0"
+        )
+        difference = "b.reward_sum / b.rewarded - a.reward_sum / a.rewarded"
         counted = self._query(
-            "SELECT COUNT(*) FROM rollouts a JOIN rollouts b ON b.run_id = ? "
-            "AND b.example_key = a.example_key AND b.rewarded > 0 "
-            "WHERE a.run_id = ? AND a.rewarded > 0",
+            f"SELECT COUNT(*), COALESCE(SUM({difference} > 0), 0), "
+            f"COALESCE(SUM({difference} < 0), 0) {joined}",
             (other_id, run_id),
         )
         rows = self._query(
-            "SELECT a.example_key, a.reward_sum / a.rewarded, b.reward_sum / b.rewarded "
-            "FROM rollouts a JOIN rollouts b ON b.run_id = ? AND b.example_key = a.example_key "
-            "AND b.rewarded > 0 WHERE a.run_id = ? AND a.rewarded > 0 "
-            "ORDER BY abs(a.reward_sum / a.rewarded - b.reward_sum / b.rewarded) DESC, "
-            "a.example_key LIMIT ?",
+            f"SELECT a.example_key, a.reward_sum / a.rewarded, b.reward_sum / b.rewarded "
+            f"{joined} ORDER BY abs({difference}) DESC, a.example_key LIMIT ?",
             (other_id, run_id, limit),
         )
-        return int(counted[0][0]), [(key, float(a), float(b)) for key, a, b in rows]
+        shared, higher, lower = (int(value) for value in counted[0])
+        return (shared, higher, lower), [(key, float(a), float(b)) for key, a, b in rows]
 
     def example_sample(
         self, run_id: str, other_id: str, *, limit: int
