@@ -231,7 +231,9 @@ class ViewerApp:
 
     def _select(self, params: dict[str, str]) -> list[RunRow]:
         since = None
-        if params.get("since") and self._since is not None:
+        if params.get("since"):
+            if self._since is None:
+                raise QueryError("This viewer takes no 'since' filter.")
             try:
                 since = self._since(params["since"])
             except Exception as exc:

@@ -74,7 +74,8 @@ def table_query(params: Mapping[str, str]) -> TableQuery:
         max_duration=_number(values, "max_duration"),
         example=values.get("example"),
     )
-    page = _whole(values, "page") or 1
+    page = _whole(values, "page")
+    page = 1 if page is None else page
     if page < 1:
         raise QueryError("page must be 1 or more")
     return TableQuery(where, sort, order == "desc", page)
