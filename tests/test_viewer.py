@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import subprocess
 import sys
@@ -226,9 +227,11 @@ def test_runs_side_by_side(store: Store) -> None:
 
 @pytest.fixture
 def server(store: Store) -> Iterator[httpx.Client]:
-    with ViewerServer(store.spool, port=0, since=parse_since) as running:
-        with httpx.Client(base_url=running.url, timeout=30) as client:
-            yield client
+    with (
+        ViewerServer(store.spool, port=0, since=parse_since) as running,
+        httpx.Client(base_url=running.url, timeout=30) as client,
+    ):
+        yield client
 
 
 def test_every_page_answers(store: Store, server: httpx.Client) -> None:
@@ -393,8 +396,6 @@ def test_show_prints_the_kept_histogram_errors_and_figures(store: Store) -> None
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return dict(os.environ)
 
 

@@ -87,7 +87,7 @@ def page(title: str, body: Html, *, crumbs: Iterable[tuple[str, str]] = (), live
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{text(title)} · prime-runs-otel</title>"
-        '<link rel="stylesheet" href="/static/viewer.css">'
+        '<link rel="icon" href="data:,"><link rel="stylesheet" href="/static/viewer.css">'
         '<script src="/static/viewer.js" defer></script>'
         f"</head><body{live_attribute}>"
         f'<header><span class="brand">prime-runs-otel</span> <nav>{" &rsaquo; ".join(trail)}</nav>'

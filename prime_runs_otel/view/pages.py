@@ -378,7 +378,7 @@ def episodes_page(run: RunRow, table_data: EpisodeTable, params: dict[str, str])
         return f"<th>{link(href, label + arrow)}</th>"
 
     heads = (
-        f"<th>#</th>{header('arrival', 'arrival')}<th>episode</th><th>example</th>"
+        f"{header('#', 'arrival')}<th>episode</th><th>example</th>"
         f"<th>step</th><th>ok</th>{header('reward', 'reward')}<th>error</th>"
         f"{header('tokens', 'tokens')}{header('duration', 'duration')}<th>turns</th><th>state</th>"
     )
@@ -426,7 +426,7 @@ def _episode_row(run: RunRow, row: EpisodeFactsRow) -> str:
         else text(None)
     )
     return (
-        f"<tr><td class='num'>{row.seq}</td><td></td>"
+        f"<tr><td class='num'>{row.seq}</td>"
         f"<td>{link(href, row.episode_id[:24], css='mono')}</td><td>{example_link}</td>"
         f"<td class='num'>{text(row.step)}</td><td>{ok}</td>"
         f"<td class='num'>{text(_number(row.reward))}</td><td>{text(row.error_type)}</td>"
@@ -579,7 +579,7 @@ def compare_page(data: CompareData) -> Html:
     parts = [
         "<h1>Compare runs</h1>",
         summary,
-        f'<section class="charts"><h2>Reward distributions</h2><p class="legend">{legend}</p>'
+        f'<section><h2>Reward distributions</h2><p class="legend">{legend}</p>'
         f'<figure data-chart="rewards">{rewards}</figure></section>',
     ]
     first = data.runs[0]
