@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol
+.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,10 +37,23 @@ typecheck: $(TESTING)
 otelcol:
 	@sh collector-config/build-otelcol.sh
 
+# The viewer's browser tests drive Debian's Chromium (through Playwright,
+# which never downloads a browser of its own); installed here where missing,
+# with apt-get as root (or through sudo), and nothing done when it is there.
+CHROMIUM := /usr/bin/chromium
+
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  echo "installing chromium for the browser tests (apt-get)"; \
+	  as_root=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+	  $$as_root apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$as_root apt-get install -y -qq --no-install-recommends chromium; \
+	fi
+
 # The collector is built (or found in the cache) before the tests, and its
 # path exported: with OTELCOL_BIN set, a missing binary fails the collector
 # tests instead of skipping them.
-test: lint typecheck
+test: lint typecheck chromium
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	echo "collector: $$bin" && \
 	OTELCOL_BIN="$$bin" $(BIN)/python -m pytest -q
@@ -48,6 +61,11 @@ test: lint typecheck
 bench: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py
+
+# The viewer on a million episodes (a few minutes to build the spool, kept in
+# .bench-viewer/ for the next run).
+bench-viewer: $(TESTING)
+	$(BIN)/python bench/viewer.py --spool-dir .bench-viewer
 
 bench-quick: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \

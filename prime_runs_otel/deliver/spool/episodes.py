@@ -123,3 +123,29 @@ class SpoolEpisodes(SpoolCore):
             db.executemany(
                 "UPDATE episodes SET state = 'delivered' WHERE seq = ?", [(seq,) for seq in seqs]
             )
+
+    def delivered_bodies(self, run_id: str) -> tuple[int, int]:
+        """How many bodies of the run's delivered episodes are kept, and their bytes."""
+        rows = self._query(
+            "SELECT COUNT(*), COALESCE(SUM(e.size), 0) FROM episodes e "
+            "JOIN records r ON r.seq = e.seq WHERE e.run_id = ? AND e.state = 'delivered'",
+            (run_id,),
+        )
+        return int(rows[0][0]), int(rows[0][1])
+
+    def drop_delivered_bodies(self, run_id: str) -> tuple[int, int]:
+        """Drop the kept bodies of the run's delivered episodes (``prune
+        --bodies``): the platform has them, and the run's rows, summary and
+        views stay. Returns how many bodies went, and their bytes."""
+        with self._transaction() as db:
+            count, size = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(e.size), 0) FROM episodes e "
+                "JOIN records r ON r.seq = e.seq WHERE e.run_id = ? AND e.state = 'delivered'",
+                (run_id,),
+            ).fetchone()
+            db.execute(
+                "DELETE FROM records WHERE seq IN (SELECT seq FROM episodes "
+                "WHERE run_id = ? AND state = 'delivered')",
+                (run_id,),
+            )
+            return int(count), int(size)
