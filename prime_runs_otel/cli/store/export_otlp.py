@@ -36,6 +36,8 @@ __all__ = ["export_otlp"]
 
 #: Episodes between two flushes of the pipeline: what the queue holds at most.
 FLUSH_EVERY = 200
+#: Seconds the OTLP exporter keeps retrying one request; past it the export stops.
+SEND_TIMEOUT = 10
 _QUEUE_SPANS = 8192
 
 
@@ -82,7 +84,7 @@ def export_otlp(spool: Spool, run: RunRow, endpoint: str) -> int:
         rollouts_per_example=identity.rollouts_per_example,
         seq_len=identity.seq_len,
     )
-    tally = _Tally(TracingExporter(OTLPSpanExporter(endpoint=endpoint, timeout=30)))
+    tally = _Tally(TracingExporter(OTLPSpanExporter(endpoint=endpoint, timeout=SEND_TIMEOUT)))
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(
         BatchSpanProcessor(tally, max_queue_size=_QUEUE_SPANS, max_export_batch_size=512)
@@ -102,13 +104,15 @@ def export_otlp(spool: Spool, run: RunRow, endpoint: str) -> int:
             progress.advance()
             if sent % FLUSH_EVERY == 0:
                 provider.force_flush()
-        if run.end_status is not None:
+                if tally.refused:  # unreachable or refusing: the rest would fare no better
+                    break
+        if run.end_status is not None and not tally.refused:
             emit_run_end(tracer, run.end_status, run.end_error, episodes_recorded=run.episodes)
     finally:
         provider.force_flush()
         provider.shutdown()
         progress.close()
-    missing = run.episodes - sent
+    missing = 0 if tally.refused else run.episodes - sent
     print(
         f"sent run {run.local_id}: {sent} episode(s), {tally.sent} span(s) to {endpoint}"
         + (f"; {tally.refused} span(s) refused or not delivered" if tally.refused else "")
