@@ -32,6 +32,7 @@ from viewer_runs import (
 from prime_runs_otel._json import loads
 from prime_runs_otel.cli.arguments import parse_since
 from prime_runs_otel.deliver.spool import EpisodeFilter, Spool
+from prime_runs_otel.deliver.spool.views import FACT_COLUMNS
 from prime_runs_otel.read.projection import TraceScores, summary_trace_index
 from prime_runs_otel.view import episodes as episodes_view
 from prime_runs_otel.view.compare import compare_data
@@ -350,17 +351,7 @@ def test_an_older_spool_file_is_upgraded_in_place(store: Store) -> None:
             "AND name != 'episodes_by_upload'"
         ).fetchall():
             db.execute(f"DROP INDEX {index[0]}")
-        for column in (
-            "ok",
-            "reward",
-            "error_type",
-            "tokens",
-            "input_tokens",
-            "output_tokens",
-            "duration",
-            "turns",
-            "example",
-        ):
+        for column in FACT_COLUMNS:
             db.execute(f"ALTER TABLE episodes DROP COLUMN {column}")
         for column in ("reward_sum", "rewarded", "failed"):
             db.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")

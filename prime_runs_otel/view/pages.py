@@ -34,7 +34,7 @@ from .html import (
     url,
 )
 from .run_data import RunData
-from .runs import STATES, STATUSES
+from .runs import STATES, STATUSES, run_about
 
 __all__ = [
     "compare_page",
@@ -161,17 +161,9 @@ def run_page(data: RunData, *, live_part: bool = False) -> Html:
     live = join(parts)
     if live_part:
         return live
-    identity = run.identity
-    about = [run.kind]
-    if identity.model:
-        about.append(f"model {identity.model}")
-    if identity.environments:
-        about.append("environments " + ", ".join(identity.environments))
-    if identity.framework:
-        about.append(f"framework {identity.framework}")
     head = (
         f"<h1>{text(_run_label(run))}</h1>"
-        f'<p class="about">{text(" · ".join(about))} · {_status(view)} · '
+        f'<p class="about">{text(run_about(run))} · {_status(view)} · '
         f'<span data-field="episodes">{view["episodes"]}</span> episodes · '
         f"{link(episodes_url, 'browse the episodes')}</p>"
     )

@@ -112,3 +112,16 @@ def runs_named(spool: Spool, key: str) -> list[RunRow]:
     if run is not None:
         return [run]
     return [row for row in spool.runs() if row.name == key]
+
+
+def run_about(run: RunRow) -> str:
+    """What a run is, in a line: kind, model, environments, framework."""
+    identity = run.identity
+    about = [run.kind]
+    if identity.model:
+        about.append(f"model {identity.model}")
+    if identity.environments:
+        about.append("environments " + ", ".join(identity.environments))
+    if identity.framework:
+        about.append(f"framework {identity.framework}")
+    return " · ".join(about)

@@ -13,7 +13,7 @@ from types import TracebackType
 
 import uvicorn
 
-from .._net import is_loopback
+from .._net import bind_socket, is_loopback
 from ..deliver.spool import Spool
 from ..errors import ConfigError
 from .app import ViewerApp
@@ -30,20 +30,12 @@ def loopback_hosts(port: int) -> frozenset[str]:
 
 def bind(host: str, port: int) -> socket.socket:
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
+        return bind_socket(host, port, backlog=128)
     except OSError as exc:
         raise ConfigError(
             f"the viewer cannot listen on {host}:{port}: {exc}. Pick another one with --port "
             "(0: any free port)."
         ) from None
-    sock.setblocking(False)
-    return sock
 
 
 class ViewerServer:

@@ -19,7 +19,7 @@ from ...deliver.spool import RunRow, Spool
 from ...view.distributions import Distribution, distribution
 from ...view.older import read_older_episodes
 from ...view.run_data import run_distributions
-from ...view.runs import run_view
+from ...view.runs import run_about, run_view
 from ..arguments import json_option, non_negative_float, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import human_bytes, print_json, stdout_gone
@@ -75,15 +75,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
         print(f"{label:<11} {one_line(str(text))}", file=stream)
 
     line("run", f"{run.local_id}" + (f"  ({run.name})" if run.name else ""))
-    identity = run.identity
-    about = [run.kind]
-    if identity.model:
-        about.append(f"model {identity.model}")
-    if identity.environments:
-        about.append("environments " + ", ".join(identity.environments))
-    if identity.framework:
-        about.append(f"framework {identity.framework}")
-    line("what", " · ".join(about))
+    line("what", run_about(run))
     where = {
         "stored": "kept in the local store (not pushed)",
         "recording": "still recording",
