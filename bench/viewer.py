@@ -171,9 +171,13 @@ def measure(spool_dir: str, spool: Spool, rounds: int) -> None:
         "page_episodes_errors_by_reward": (
             f"/runs/{EVAL_RUN}/episodes?error=ProviderTimeout&sort=reward"
         ),
-        "page_episodes_reward_range_by_tokens": (
-            f"/runs/{EVAL_RUN}/episodes?min_reward=0.5&max_reward=1.1&sort=tokens"
+        "page_episodes_narrow_reward_range_by_tokens": (
+            f"/runs/{EVAL_RUN}/episodes?min_reward=0.1&max_reward=0.2&sort=tokens"
         ),
+        "page_episodes_wide_reward_range_by_tokens": (
+            f"/runs/{EVAL_RUN}/episodes?min_reward=1.1&sort=tokens"
+        ),
+        "page_episodes_ok_by_reward": f"/runs/{EVAL_RUN}/episodes?error=none&sort=reward",
         "page_episodes_example": f"/runs/{EVAL_RUN}/episodes?example=123456",
         "page_episodes_deep_page": f"/runs/{EVAL_RUN}/episodes?page=19000",
         "page_episode": f"/runs/{EVAL_RUN}/episodes/{first.episode_id}",

@@ -34,6 +34,7 @@ from prime_runs_otel.cli.arguments import parse_since
 from prime_runs_otel.deliver.spool import EpisodeFilter, Spool
 from prime_runs_otel.deliver.spool.views import FACT_COLUMNS
 from prime_runs_otel.read.projection import TraceScores, summary_trace_index
+from prime_runs_otel.view import compare
 from prime_runs_otel.view import episodes as episodes_view
 from prime_runs_otel.view.compare import compare_data
 from prime_runs_otel.view.episodes import QueryError, episode_detail, episode_table, table_query
@@ -212,7 +213,7 @@ def test_runs_side_by_side(store: Store) -> None:
     runs = [spool.run(store.eval_id), spool.run(store.other_id)]
     data = compare_data(spool, runs)  # type: ignore[arg-type]
     (examples,) = data.examples
-    assert examples.shared == EVAL_EPISODES // 4
+    assert examples.every == 1 and examples.shared == EVAL_EPISODES // 4
     assert examples.higher + examples.lower <= examples.shared
     differences = [abs(b - a) for _, a, b in examples.top]
     assert differences == sorted(differences, reverse=True)
@@ -221,6 +222,16 @@ def test_runs_side_by_side(store: Store) -> None:
     assert first is not None and second is not None
     assert (first.bins[0].low, first.bins[-1].high) == (second.bins[0].low, second.bins[-1].high)
     assert "num_turns" in data.metric_names
+
+
+def test_runs_with_many_examples_are_compared_on_a_sample(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compare, "MAX_EXAMPLES", 10)
+    runs = [store.spool.run(store.eval_id), store.spool.run(store.other_id)]
+    (examples,) = compare.compare_data(store.spool, runs).examples  # type: ignore[arg-type]
+    assert examples.every == 3
+    assert 0 < examples.shared < EVAL_EPISODES // 4
 
 
 # -- over HTTP --------------------------------------------------------------------------
@@ -401,9 +412,7 @@ def test_counts_in_the_view_match_a_recount(store: Store) -> None:
         if record["traces"] and math.isfinite(reward):
             per_example[key] += 1
             totals[key] = totals.get(key, 0.0) + reward
-    (shared, _, _), top = store.spool.shared_examples(
-        store.eval_id, store.eval_id, limit=len(per_example)
-    )
-    assert shared == len(per_example)
-    for key, mean, same in top:
+    pairs = store.spool.example_pairs(store.eval_id, store.eval_id)
+    assert len(pairs) == len(per_example)
+    for key, mean, same in pairs:
         assert math.isclose(mean, totals[key] / per_example[key]) and mean == same

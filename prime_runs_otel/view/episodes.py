@@ -115,7 +115,12 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
     offset = (query.page - 1) * PAGE_SIZE
     if offset > MAX_OFFSET:
         raise QueryError(f"page {query.page} is too deep: narrow the table with a filter")
-    total = spool.episode_count(run.local_id, query.where)
+    plan = _plan(spool, run, query)
+    total = plan.total
+    if total is None:
+        total = spool.episode_count(
+            run.local_id, query.where, sort=query.sort, index=plan.count_index
+        )
     rows = spool.episode_rows(
         run.local_id,
         query.where,
@@ -123,6 +128,7 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
         descending=query.descending,
         offset=offset,
         limit=PAGE_SIZE,
+        index=plan.index,
     )
     return EpisodeTable(
         query=query,
@@ -131,6 +137,86 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
         pages=max(1, -(-total // PAGE_SIZE)),
         error_types=[group.error_type for group in spool.error_groups(run.local_id)],
     )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    #: The index the page is found through, and the one its count is.
+    index: str
+    count_index: str
+    #: The count when the kept views give it without counting.
+    total: int | None = None
+
+
+_INDEX_OF = {
+    "arrival": "episodes_by_run",
+    "reward": "episodes_by_reward",
+    "tokens": "episodes_by_tokens",
+    "duration": "episodes_by_duration",
+}
+#: A range keeping less than this share of a run is read through its own
+#: index (then sorted); a wider one is checked along the sort's index.
+_NARROW = 0.05
+
+
+def _plan(spool: Spool, run: RunRow, query: TableQuery) -> _Plan:
+    """Which index to read a page of the table through, and its count when
+    the kept distributions already say it.
+
+    SQLite has no statistics about a run's values, and guessing wrong costs
+    a walk over a million rows; the run's distributions say how many
+    episodes a filter keeps, so the choice is made here: a few rows of an
+    example or of failures through their own index; a range that keeps few
+    episodes through its column's index; anything else along the sort's
+    index, which finds a page's worth of matches within a few hundred rows.
+    """
+    where = query.where
+    sort_index = _INDEX_OF[query.sort]
+    if where.example is not None:
+        return _Plan("episodes_by_example", "episodes_by_example")
+    if where.error is not None and where.error != "none":
+        return _Plan("episodes_failed", "episodes_failed")
+    ranges = {
+        name: (low, high)
+        for name, low, high in (
+            ("reward", where.min_reward, where.max_reward),
+            ("tokens", where.min_tokens, where.max_tokens),
+            ("duration", where.min_duration, where.max_duration),
+        )
+        if low is not None or high is not None
+    }
+    if not ranges:
+        if query.sort == "arrival":
+            counted = run.episodes
+        else:
+            counted = sum(count for _, count in spool.histogram(run.local_id, query.sort))
+        if where.error == "none":  # the others, less the failures (and those without facts)
+            counted -= spool.episode_count(
+                run.local_id,
+                EpisodeFilter(error="any"),
+                sort=query.sort,
+                index="episodes_failed",
+            )
+            if query.sort == "arrival":
+                counted -= sum(spool.facts_missing(run.local_id))
+        return _Plan(sort_index, sort_index, max(0, counted))
+    for name, (low, high) in ranges.items():
+        if _share(spool.histogram(run.local_id, name), low, high) < _NARROW:
+            return _Plan(_INDEX_OF[name], _INDEX_OF[name])
+    counter = _INDEX_OF[next(iter(ranges))] if ranges else sort_index
+    return _Plan(sort_index, counter)
+
+
+def _share(buckets: list[tuple[float, int]], low: float | None, high: float | None) -> float:
+    total = sum(count for _, count in buckets)
+    if not total:
+        return 0.0
+    kept = sum(
+        count
+        for value, count in buckets
+        if (low is None or value >= low) and (high is None or value <= high)
+    )
+    return kept / total
 
 
 # -- one episode ----------------------------------------------------------------------

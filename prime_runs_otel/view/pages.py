@@ -382,9 +382,11 @@ def episodes_page(run: RunRow, table_data: EpisodeTable, params: dict[str, str])
         pager.append(link(qs(episodes_url, {**params, "page": query.page - 1}), PREVIOUS))
     if query.page < table_data.pages:
         pager.append(link(qs(episodes_url, {**params, "page": query.page + 1}), NEXT))
+    # Sorted by a value, the episodes without one are not in the order.
+    with_value = "" if query.sort == "arrival" else f" with a {query.sort}"
     body = (
         f"<h1>Episodes of {text(_run_label(run))}</h1>{form}"
-        f'<p class="count">{table_data.total} episode(s) match · showing {shown} · '
+        f'<p class="count">{table_data.total} episode(s) match{with_value} · showing {shown} · '
         f"page {query.page} of {table_data.pages} {' '.join(pager)}</p>"
         f'<table class="episodes"><thead><tr>{heads}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
@@ -580,7 +582,13 @@ def compare_page(data: CompareData) -> Html:
         parts.append(
             f"<section><h2>Per example: {text(_run_label(first))} and "
             f"{text(_run_label(other))}</h2>"
-            f"<p>{comparison.shared} example(s) rewarded in both · "
+            + (
+                f"<p class='note'>Compared on one in {comparison.every} of the examples (a "
+                "sample spread over the run): these runs have too many to join at once.</p>"
+                if comparison.every > 1
+                else ""
+            )
+            + f"<p>{comparison.shared} example(s) rewarded in both · "
             f"{text(_run_label(other))} higher on {comparison.higher}, lower on "
             f"{comparison.lower}</p>"
         )

@@ -46,6 +46,7 @@ def run_distributions(spool: Spool, run_id: str) -> dict[str, Distribution | Non
 
 
 def run_data(spool: Spool, run: RunRow) -> RunData:
+    unread, bodiless = spool.facts_missing(run.local_id)
     return RunData(
         run=run,
         view=run_view(spool, run),
@@ -53,24 +54,25 @@ def run_data(spool: Spool, run: RunRow) -> RunData:
         errors=spool.error_groups(run.local_id),
         series=run_series(spool, run),
         step_metrics=step_metrics(spool, run.local_id) if run.kind == "train" else {},
-        unread=spool.unread_count(run.local_id),
-        bodiless=spool.bodiless_count(run.local_id),
+        unread=unread,
+        bodiless=bodiless,
     )
 
 
 def run_series(spool: Spool, run: RunRow) -> Series | None:
     """By step for a training run whose episodes name their step, else by
-    the finest blocks of episodes that keep the read small."""
-    sizes = spool.series_sizes(run.local_id)
-    if run.kind == "train" and sizes.get(STEP_AXIS):
+    the finest blocks of episodes that keep the read small (a run of N
+    episodes has about N / block points on each axis)."""
+    if run.kind == "train" and spool.has_series(run.local_id, STEP_AXIS):
         return series_of(spool.series(run.local_id, STEP_AXIS), block=0)
-    for axis in EPISODE_AXES:
-        if 0 < sizes.get(axis, 0) <= MAX_SERIES_ROWS:
-            return series_of(spool.series(run.local_id, axis), block=axis)
-    largest = EPISODE_AXES[-1]
-    if sizes.get(largest):
-        return series_of(spool.series(run.local_id, largest), block=largest)
-    return None
+    if not run.episodes:
+        return None
+    block = next(
+        (axis for axis in EPISODE_AXES if run.episodes / axis <= MAX_SERIES_ROWS),
+        EPISODE_AXES[-1],
+    )
+    points = spool.series(run.local_id, block)
+    return series_of(points, block=block) if points else None
 
 
 def step_metrics(

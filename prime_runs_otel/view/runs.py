@@ -40,7 +40,7 @@ def run_state(run: RunRow) -> str:
 def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
     """A run as every command prints it in ``--json`` (the keys are documented
     in docs/cli.md and stay stable)."""
-    waiting = spool.pending_count(run.local_id)
+    waiting = spool.waiting_count(run)
     local = run.mode == "local"
     return {
         "id": run.local_id,

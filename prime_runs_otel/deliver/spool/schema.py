@@ -210,18 +210,22 @@ ADDED_COLUMNS = {
 
 #: The viewer's indexes over columns added in place: created once the
 #: columns are there. Each lets a page of a run's episodes sorted or filtered
-#: by that column be read without visiting the run's other episodes;
-#: ``episodes_unread`` holds only episodes stored by an earlier release
-#: (new ones are read as they are stored), so it costs a new spool nothing.
+#: by that column be read without visiting the run's other episodes
+#: (``episodes_failed`` holds a run's failures with every value they are
+#: sorted or filtered by, so a page of them is read from it alone);
+#: ``episodes_without_facts`` holds only episodes stored by an earlier
+#: release (new ones are read as they are stored), so it costs a new spool
+#: nothing.
 INDEXES = """
 CREATE INDEX IF NOT EXISTS episodes_by_run ON episodes (run_id, seq);
 CREATE INDEX IF NOT EXISTS episodes_by_reward ON episodes (run_id, reward);
 CREATE INDEX IF NOT EXISTS episodes_by_tokens ON episodes (run_id, tokens);
 CREATE INDEX IF NOT EXISTS episodes_by_duration ON episodes (run_id, duration);
-CREATE INDEX IF NOT EXISTS episodes_by_error ON episodes (run_id, error_type)
-    WHERE error_type IS NOT NULL;
+CREATE INDEX IF NOT EXISTS episodes_failed
+    ON episodes (run_id, error_type, reward, tokens, duration) WHERE error_type IS NOT NULL;
 CREATE INDEX IF NOT EXISTS episodes_by_example ON episodes (run_id, example);
-CREATE INDEX IF NOT EXISTS episodes_unread ON episodes (run_id, seq) WHERE ok IS NULL;
+CREATE INDEX IF NOT EXISTS episodes_without_facts ON episodes (run_id, seq)
+    WHERE ok IS NULL OR ok < 0;
 """
 
 

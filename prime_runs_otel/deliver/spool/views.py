@@ -34,6 +34,7 @@ from ...read.projection import EpisodeDigest, digest_episode
 from ...read.projection.facts import EpisodeFacts
 from .core import SpoolCore
 from .rows import aggregate, insert_rows
+from .runs import RunRow
 
 #: The distributions kept per run, by name.
 HISTOGRAMS = ("reward", "tokens", "duration", "call_latency")
@@ -55,6 +56,22 @@ FACT_COLUMNS = (
     "turns",
     "example",
 )
+#: The indexes a page of episodes may be read through (see ``schema.INDEXES``).
+EPISODE_INDEXES = (
+    "episodes_by_run",
+    "episodes_by_reward",
+    "episodes_by_tokens",
+    "episodes_by_duration",
+    "episodes_failed",
+    "episodes_by_example",
+)
+#: The index that orders a run's episodes by each sortable column.
+_SORT_INDEXES = {
+    "seq": "episodes_by_run",
+    "reward": "episodes_by_reward",
+    "tokens": "episodes_by_tokens",
+    "duration": "episodes_by_duration",
+}
 #: Sort keys of the episode table, and the column each sorts by.
 SORTS = {
     "arrival": "seq",
@@ -314,8 +331,10 @@ class EpisodeFilter:
     #: An example key as stored (the JSON of its ``task.data.idx``).
     example: str | None = None
 
-    def where(self) -> tuple[str, list[Any]]:
-        clauses: list[str] = []
+    def where(self, *, having: str = "seq") -> tuple[str, list[Any]]:
+        """SQL conditions on ``e`` (``episodes``), and their parameters;
+        ``having``: a column the episodes must have a value of."""
+        clauses: list[str] = [] if having == "seq" else [f"e.{having} IS NOT NULL"]
         params: list[Any] = []
         for column, low, high in (
             ("reward", self.min_reward, self.max_reward),
@@ -370,12 +389,11 @@ class SpoolViews(SpoolCore):
         )
         return [ErrorGroup(*row) for row in rows]
 
-    def series_sizes(self, run_id: str) -> dict[int, int]:
-        """How many points each axis of the run has (axes without any are left out)."""
+    def has_series(self, run_id: str, axis: int) -> bool:
         rows = self._query(
-            "SELECT axis, COUNT(*) FROM run_series WHERE run_id = ? GROUP BY axis", (run_id,)
+            "SELECT 1 FROM run_series WHERE run_id = ? AND axis = ? LIMIT 1", (run_id, axis)
         )
-        return {int(axis): int(count) for axis, count in rows}
+        return bool(rows)
 
     def series(self, run_id: str, axis: int) -> list[SeriesPoint]:
         rows = self._query(
@@ -400,28 +418,67 @@ class SpoolViews(SpoolCore):
         descending: bool = False,
         offset: int = 0,
         limit: int = 50,
+        index: str | None = None,
     ) -> list[EpisodeFactsRow]:
-        """One page of the run's episodes, filtered and sorted (episodes
-        without the sort's value last, whichever the direction)."""
+        """One page of the run's episodes, filtered and sorted. Sorted by a
+        value, only the episodes that have it are in the order (so that the
+        page is read straight off that value's index). ``index`` (one of
+        :data:`EPISODE_INDEXES`) is the one to find the page's episodes
+        through: the caller knows how many each filter keeps, SQLite does
+        not. The page's seqs are found first, its rows read after."""
         column = SORTS[sort]
-        clauses, params = where.where()
+        clauses, params = where.where(having=column)
         direction = "DESC" if descending else "ASC"
-        order = f"e.{column} {direction}, e.seq {direction}"
-        if column != "seq":
-            order = f"e.{column} IS NULL, {order}"
+        order = f"{column} {direction}, seq {direction}"
         rows = self._query(
-            f"SELECT {_FACT_ROW_COLUMNS} FROM episodes e WHERE e.run_id = ?{clauses} "
-            f"ORDER BY {order} LIMIT ? OFFSET ?",
+            f"SELECT {_FACT_ROW_COLUMNS} FROM episodes e WHERE e.seq IN "
+            f"(SELECT e.seq FROM episodes e{_indexed_by(index)} WHERE e.run_id = ?{clauses} "
+            f"ORDER BY e.{order} LIMIT ? OFFSET ?) ORDER BY e.{order}",
             (run_id, *params, limit, offset),
         )
         return [_fact_row(row) for row in rows]
 
-    def episode_count(self, run_id: str, where: EpisodeFilter) -> int:
+    def episode_count(
+        self, run_id: str, where: EpisodeFilter, *, sort: str = "arrival", index: str | None = None
+    ) -> int:
+        """How many episodes :meth:`episode_rows` pages through, counted
+        through ``index``. Through another index than the sort's, those
+        matching are counted there, less the few without the sort's value
+        (found at the head of the sort's own index): never a row lookup per
+        episode."""
+        column = SORTS[sort]
+        own = _SORT_INDEXES[column]
+        if index is None or index == own or column == "seq":
+            clauses, params = where.where(having=column)
+            return self._count(run_id, index, clauses, params)
         clauses, params = where.where()
+        matching = self._count(run_id, index, clauses, params)
+        return matching - self._count(run_id, own, f" AND e.{column} IS NULL{clauses}", params)
+
+    def _count(self, run_id: str, index: str | None, clauses: str, params: list[Any]) -> int:
         rows = self._query(
-            f"SELECT COUNT(*) FROM episodes e WHERE e.run_id = ?{clauses}", (run_id, *params)
+            f"SELECT COUNT(*) FROM episodes e{_indexed_by(index)} WHERE e.run_id = ?{clauses}",
+            (run_id, *params),
         )
         return int(rows[0][0])
+
+    def waiting_count(self, run: RunRow) -> int:
+        """Episodes not yet delivered (pending, or on their way): of a local
+        run, all but the few that ever left that state, counted through
+        those; of an online one, those still in it."""
+        if run.mode != "local":
+            rows = self._query(
+                "SELECT COUNT(*) FROM episodes WHERE run_id = ? "
+                "AND state IN ('pending', 'uploading', 'sending')",
+                (run.local_id,),
+            )
+            return int(rows[0][0])
+        rows = self._query(
+            "SELECT COUNT(*) FROM episodes WHERE run_id = ? "
+            "AND state IN ('delivered', 'failed', 'skipped', 'uncertain')",
+            (run.local_id,),
+        )
+        return max(0, run.episodes - int(rows[0][0]))
 
     def episode(self, run_id: str, episode_id: str) -> tuple[EpisodeFactsRow, bytes | None] | None:
         """One episode's row and its stored body (``None`` when not kept)."""
@@ -449,69 +506,47 @@ class SpoolViews(SpoolCore):
         return (before[0][0] if before else None), (after[0][0] if after else None)
 
     def example_count(self, run_id: str) -> int:
+        """Examples of the run with a reward."""
         rows = self._query(
             "SELECT COUNT(*) FROM rollouts WHERE run_id = ? AND rewarded > 0", (run_id,)
         )
         return int(rows[0][0])
 
-    def shared_examples(
-        self, run_id: str, other_id: str, *, limit: int
-    ) -> tuple[tuple[int, int, int], list[tuple[str, float, float]]]:
-        """Examples both runs rewarded: how many, on how many ``other_id``'s
-        mean reward is higher and on how many lower; and up to ``limit`` of
-        them with their mean rewards in each, those that differ most first."""
-        joined = (
-            "FROM rollouts a JOIN rollouts b ON b.run_id = ? AND b.example_key = a.example_key "
-            "AND b.rewarded > 0 WHERE a.run_id = ? AND a.rewarded > 0"
-        )
-        difference = "b.reward_sum / b.rewarded - a.reward_sum / a.rewarded"
-        counted = self._query(
-            f"SELECT COUNT(*), COALESCE(SUM({difference} > 0), 0), "
-            f"COALESCE(SUM({difference} < 0), 0) {joined}",
-            (other_id, run_id),
-        )
-        rows = self._query(
-            f"SELECT a.example_key, a.reward_sum / a.rewarded, b.reward_sum / b.rewarded "
-            f"{joined} ORDER BY abs({difference}) DESC, a.example_key LIMIT ?",
-            (other_id, run_id, limit),
-        )
-        shared, higher, lower = (int(value) for value in counted[0])
-        return (shared, higher, lower), [(key, float(a), float(b)) for key, a, b in rows]
-
-    def example_sample(
-        self, run_id: str, other_id: str, *, limit: int
+    def example_pairs(
+        self, run_id: str, other_id: str, *, every: int = 1
     ) -> list[tuple[str, float, float]]:
-        """Up to ``limit`` examples both runs rewarded, spread over the run's
-        examples (every n-th), with their mean rewards: a scatter's points."""
-        (total,) = self._query(
-            "SELECT COUNT(*) FROM rollouts WHERE run_id = ? AND rewarded > 0", (run_id,)
-        )[0]
-        step = max(1, int(total) // max(1, limit))
+        """``(example, mean reward in run_id, in other_id)`` of the examples
+        both runs rewarded; with ``every`` > 1, of about one in ``every`` of
+        the run's examples only (a sample spread over them, for runs with
+        hundreds of thousands)."""
         rows = self._query(
             "SELECT a.example_key, a.reward_sum / a.rewarded, b.reward_sum / b.rewarded "
-            "FROM (SELECT example_key, reward_sum, rewarded, "
-            "row_number() OVER (ORDER BY example_key) AS n FROM rollouts "
-            "WHERE run_id = ? AND rewarded > 0) a "
-            "JOIN rollouts b ON b.run_id = ? AND b.example_key = a.example_key "
-            "AND b.rewarded > 0 WHERE a.n % ? = 0 LIMIT ?",
-            (run_id, other_id, step, limit),
+            "FROM rollouts a JOIN rollouts b ON b.run_id = ? AND b.example_key = a.example_key "
+            "AND b.rewarded > 0 WHERE a.run_id = ? AND a.rewarded > 0 AND a.rowid % ? = 0",
+            (other_id, run_id, every),
         )
-        return [(key, float(a), float(b)) for key, a, b in rows]
+        return [(key, float(mine), float(theirs)) for key, mine, theirs in rows]
 
     def unread_count(self, run_id: str) -> int:
         """Episodes of the run stored by an earlier release and not yet read."""
-        rows = self._query(
-            "SELECT COUNT(*) FROM episodes WHERE run_id = ? AND ok IS NULL", (run_id,)
-        )
-        return int(rows[0][0])
+        return self.facts_missing(run_id)[0]
 
-    def bodiless_count(self, run_id: str) -> int:
-        """Episodes whose facts could not be read: their body was gone first."""
-        rows = self._query("SELECT COUNT(*) FROM episodes WHERE run_id = ? AND ok = -1", (run_id,))
-        return int(rows[0][0])
+    def facts_missing(self, run_id: str) -> tuple[int, int]:
+        """Episodes of the run without facts: not read yet (stored by an
+        earlier release), and those whose body was gone when they were."""
+        rows = self._query(
+            "SELECT ok IS NULL, COUNT(*) FROM episodes INDEXED BY episodes_without_facts "
+            "WHERE run_id = ? AND (ok IS NULL OR ok < 0) GROUP BY 1",
+            (run_id,),
+        )
+        counts = {bool(unread): int(count) for unread, count in rows}
+        return counts.get(True, 0), counts.get(False, 0)
 
     def runs_with_unread(self) -> list[str]:
-        rows = self._query("SELECT DISTINCT run_id FROM episodes WHERE ok IS NULL")
+        rows = self._query(
+            "SELECT DISTINCT run_id FROM episodes INDEXED BY episodes_without_facts "
+            "WHERE (ok IS NULL OR ok < 0) AND ok IS NULL"
+        )
         return [run_id for (run_id,) in rows]
 
     def read_stored(self, run_id: str, *, limit: int = READ_STORED_CHUNK) -> int:
@@ -520,8 +555,10 @@ class SpoolViews(SpoolCore):
         one transaction; returns how many were read (0: none is left)."""
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT e.seq, e.episode_id, e.step, r.body FROM episodes e "
-                "LEFT JOIN records r ON r.seq = e.seq WHERE e.run_id = ? AND e.ok IS NULL "
+                "SELECT e.seq, e.episode_id, e.step, r.body "
+                "FROM episodes e INDEXED BY episodes_without_facts "
+                "LEFT JOIN records r ON r.seq = e.seq WHERE e.run_id = ? "
+                "AND (e.ok IS NULL OR e.ok < 0) AND e.ok IS NULL "
                 "ORDER BY e.seq LIMIT ?",
                 (run_id, limit),
             ).fetchall()
@@ -541,6 +578,14 @@ class SpoolViews(SpoolCore):
             db.executemany(f"UPDATE episodes SET {assignments} WHERE seq = ?", updates)
             add_to_views(db, run_id, read)
             return len(rows)
+
+
+def _indexed_by(index: str | None) -> str:
+    if index is None:
+        return ""
+    if index not in EPISODE_INDEXES:
+        raise ValueError(f"no index {index!r} to read episodes through")
+    return f" INDEXED BY {index}"
 
 
 def _digest_of(body: bytes | None) -> EpisodeDigest | None:
