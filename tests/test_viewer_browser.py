@@ -23,7 +23,9 @@ import pytest
 from playwright import sync_api as playwright_api
 from viewer_runs import EVAL_EPISODES, TRAIN_STEPS, open_spool, record_eval, record_training
 
+import prime_runs_otel as pro
 from prime_runs_otel.cli.arguments import parse_since
+from prime_runs_otel.produce.synthetic import synthetic_episode
 from prime_runs_otel.view.server import ViewerServer
 
 # Read on import: every test's environment is cleared of PRIME_* settings.
@@ -151,3 +153,29 @@ def test_a_training_run_charts_its_steps(
     page.get_by_role("link", name="browse the episodes").click()
     expect(page.locator("table.episodes tbody tr td:nth-child(4)").first).to_have_text("0")
     page.close()
+
+
+def test_a_run_page_follows_the_run_while_it_records(
+    browser: playwright_api.Browser, tmp_path: Path
+) -> None:
+    spool_dir = tmp_path / "spool"
+    run = pro.start_run(name="live-run", environments=["gsm8k-demo"], spool_dir=spool_dir)
+    try:
+        for index in range(10):
+            run.record_episode(synthetic_episode(index))
+        run.tracer_provider.force_flush()
+        spool = open_spool(spool_dir)
+        with ViewerServer(spool, port=0) as server:
+            page = browser.new_page()
+            page.goto(f"{server.url}/runs/{run.id}")
+            expect = playwright_api.expect
+            expect(page.locator("p.about [data-field=episodes]")).to_have_text("10")
+            for index in range(10, 25):
+                run.record_episode(synthetic_episode(index))
+            run.tracer_provider.force_flush()
+            expect(page.locator("p.about [data-field=episodes]")).to_have_text("25", timeout=15_000)
+            expect(page.locator("#live-status")).to_contain_text("live")
+            page.close()
+        spool.close()
+    finally:
+        run.finish()
