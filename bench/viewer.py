@@ -10,8 +10,10 @@ The spool is kept in ``--spool-dir`` and reused when it already holds the
 runs, since building a million episodes takes a few minutes.
 
 Then each page is fetched over HTTP from the viewer (``prime-runs-otel ui``
-in this process, on loopback) and `show` run as a command, each several
-times; figures are the median, printed as ``name value unit``.
+in this process, on loopback), `show` printed in this process and run as a
+command (beside ``cli_start``, the same interpreter printing its version:
+what any command costs before it does anything), each several times;
+figures are the median, printed as ``name value unit``.
 
     python bench/viewer.py [--episodes 1000000] [--spool-dir DIR] [--rounds 5]
 """
@@ -19,6 +21,7 @@ times; figures are the median, printed as ``name value unit``.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import subprocess
@@ -195,6 +198,11 @@ def measure(spool_dir: str, spool: Spool, rounds: int) -> None:
                 raise SystemExit(f"{path}: {answer.status_code} {answer.text[:300]}")
             seconds = timed(rounds, lambda path=path: client.get(path).raise_for_status())
             print(f"{name} {seconds * 1000:.0f} ms")
+    # What `show` does once the interpreter and the command line are loaded.
+    from prime_runs_otel.cli.store.show import print_show
+
+    seconds = timed(rounds, lambda: print_show(spool, spool.run(EVAL_RUN), io.StringIO()))
+    print(f"show_in_process {seconds * 1000:.0f} ms")
     env = {**os.environ, "PRIME_RUNS_OTEL_DIR": spool_dir}
     for name, extra in (("show", []), ("show_json", ["--json"])):
         command = [sys.executable, "-m", "prime_runs_otel.cli", "show", EVAL_RUN, *extra]
