@@ -16,7 +16,7 @@ TESTING := $(VENV)/.installed-test
 # the tests start many Python processes that import the same packages.
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
 
-.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol
+.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,9 +45,23 @@ typecheck: $(TESTING)
 otelcol:
 	@sh collector-config/build-otelcol.sh
 
+# The viewer's browser tests drive Debian's Chromium (through Playwright,
+# which never downloads a browser of its own); installed here where missing,
+# with apt-get as root (or through sudo), and nothing done when it is there.
+CHROMIUM := /usr/bin/chromium
+
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  echo "installing chromium for the browser tests (apt-get)"; \
+	  as_root=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+	  $$as_root apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$as_root apt-get install -y -qq --no-install-recommends chromium; \
+	fi
+
 # Every check, timed (tests/check_all.py): the collector builds in the
 # background from the start, the tests run in parallel workers, and where the
-# time went is printed at the end. A missing collector fails its tests, it
+# time went is printed at the end. Chromium (for the viewer's browser tests)
+# is installed beside the install, lint and typecheck, where missing. A missing collector fails its tests, it
 # never skips them. TEST_WORKERS=N sets the workers; PYTEST_ARGS goes to pytest.
 test:
 	@MAKE="$(MAKE)" $(PYTHON) tests/check_all.py $(PYTEST_ARGS)
@@ -55,6 +69,11 @@ test:
 bench: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py
+
+# The viewer on a million episodes (a few minutes to build the spool, kept in
+# .bench-viewer/ for the next run).
+bench-viewer: $(TESTING)
+	$(BIN)/python bench/viewer.py --spool-dir .bench-viewer
 
 bench-quick: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \

@@ -30,6 +30,7 @@ FINISH_TIMEOUT_ENV = "PRIME_RUNS_OTEL_FINISH_TIMEOUT"
 RETRY_MAX_DELAY_ENV = "PRIME_RUNS_OTEL_RETRY_MAX_DELAY"
 TRACES_OPT_OUT_ENV = "PRIME_TRACES_OPT_OUT"
 FRONTEND_URL_ENV = "PRIME_FRONTEND_URL"
+KEEP_DELIVERED_ENV = "PRIME_RUNS_OTEL_KEEP_DELIVERED"
 
 DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
 #: 10 GiB: far beyond any single eval, small enough to notice a stuck uploader.
@@ -69,6 +70,9 @@ class Settings:
     finish_timeout: float
     retry_max_delay: float
     api_key: str = ""
+    #: Whether delivered runs keep their episode bodies in the local store
+    #: (for show, ui and export), until `prune`/`rm` or the size cap removes them.
+    keep_delivered: bool = True
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "missing"
@@ -104,6 +108,7 @@ def resolve_settings(
     spool_dir: str | os.PathLike[str] | None = None,
     spool_max_bytes: int | None = None,
     finish_timeout: float | None = None,
+    keep_delivered: bool | None = None,
 ) -> Settings:
     """Resolve settings; a malformed value raises :class:`ConfigError` naming it."""
     prime = _prime_config()
@@ -128,6 +133,11 @@ def resolve_settings(
             else _env_float(FINISH_TIMEOUT_ENV, DEFAULT_FINISH_TIMEOUT)
         ),
         retry_max_delay=_env_float(RETRY_MAX_DELAY_ENV, DEFAULT_RETRY_MAX_DELAY),
+        keep_delivered=(
+            keep_delivered
+            if keep_delivered is not None
+            else env_flag(KEEP_DELIVERED_ENV) is not False
+        ),
     )
     _validate(settings)
     return settings

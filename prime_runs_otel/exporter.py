@@ -110,7 +110,11 @@ class PrimeRunsSpanExporter(SpanExporter):
         os.register_at_fork(after_in_child=lambda: _renew_locks(reference))
         if self._disabled:
             return
-        self._spool = Spool(self.settings.spool_path, max_bytes=self.settings.spool_max_bytes)
+        self._spool = Spool(
+            self.settings.spool_path,
+            max_bytes=self.settings.spool_max_bytes,
+            keep_delivered=self.settings.keep_delivered,
+        )
         self._uploader = Uploader(self._spool, self.settings, export_running=self.export_running)
         if deliver:
             self._uploader.start()

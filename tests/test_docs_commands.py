@@ -10,8 +10,11 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 import prime_runs_otel as pro
@@ -102,3 +105,56 @@ def test_quickstarts_install_from_a_clone(document: str) -> None:
     text = (ROOT / "docs" / document).read_text()
     assert "pip install prime-runs-otel" not in text  # not a published package
     assert "pip install -e ." in text
+
+
+def test_the_viewer_commands_run_as_written(tmp_path: Path) -> None:
+    """docs/viewer.md: `ui` on a free port (with and without a token) serves
+    the runs page at the address it prints; `export --otlp` sends the run to
+    an OTLP endpoint (a real one on loopback in the place of Phoenix's)."""
+    from test_viewer_store import _Collector
+
+    lines = shell_lines(ROOT / "docs" / "viewer.md")
+    served = [
+        line for line in lines if line.startswith("prime-runs-otel ui") and "--port 0" in line
+    ]
+    assert len(served) == 2
+    run_id = _stored_run("viewer-doc-run")
+    for line in served:
+        command = subprocess.run(
+            ["bash", "-c", f"printf '%s\\n' {line[len('prime-runs-otel ui') :]}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")[:-1]
+        process = subprocess.Popen(
+            ["prime-runs-otel", "ui", *command],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            address = process.stdout.readline().rsplit(" ", 1)[-1].strip()
+            assert address.startswith("http://"), address
+            page = httpx.get(address, follow_redirects=True, timeout=30)
+            assert page.status_code == 200 and "viewer-doc-run" in page.text
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    received: list[object] = []
+    handler = type("Handler", (_Collector,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (export,) = [line for line in lines if "--otlp" in line]
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+        command = shlex.split(
+            export.replace("RUN", run_id[:12]).replace("http://127.0.0.1:6006/v1/traces", endpoint)
+        )
+        done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert received
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -18,7 +18,16 @@ import pytest
 PACKAGE = "prime_runs_otel"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
-FOLDERS = ("produce", "read", "deliver", "collector", "instrumentation", "cli", "testing")
+FOLDERS = (
+    "produce",
+    "read",
+    "deliver",
+    "collector",
+    "view",
+    "instrumentation",
+    "cli",
+    "testing",
+)
 #: Top-level modules that only wire the folders together.
 WIRING = ("run", "exporter")
 #: What the base modules (any other top-level module: config, semconv,
@@ -28,23 +37,30 @@ UP_FROM_BASE = frozenset(FOLDERS + WIRING + ("<root>",))
 #: For each part of the package, the parts it must never import.
 FORBIDDEN: dict[str, frozenset[str]] = {
     "produce": frozenset(
-        {"instrumentation", "read", "deliver", "collector", "cli", "testing", *WIRING}
+        {"instrumentation", "read", "deliver", "collector", "view", "cli", "testing", *WIRING}
     ),
     "read": frozenset(
-        {"instrumentation", "produce", "deliver", "collector", "cli", "testing", *WIRING}
+        {"instrumentation", "produce", "deliver", "collector", "view", "cli", "testing", *WIRING}
     ),
-    "deliver": frozenset({"instrumentation", "produce", "collector", "cli", "testing", *WIRING}),
-    "collector": frozenset({"instrumentation", "produce", "cli", "testing", "run"}),
-    "exporter": frozenset({"instrumentation", "produce", "collector", "cli", "testing", "run"}),
-    "run": frozenset({"collector", "instrumentation", "cli", "testing"}),
+    "deliver": frozenset(
+        {"instrumentation", "produce", "collector", "view", "cli", "testing", *WIRING}
+    ),
+    "collector": frozenset({"instrumentation", "produce", "view", "cli", "testing", "run"}),
+    # The local viewer reads the spool (deliver/) and the records in it
+    # (read/); it records nothing and receives nothing.
+    "view": frozenset({"instrumentation", "produce", "collector", "cli", "testing", *WIRING}),
+    "exporter": frozenset(
+        {"instrumentation", "produce", "collector", "view", "cli", "testing", "run"}
+    ),
+    "run": frozenset({"collector", "view", "instrumentation", "cli", "testing"}),
     # Instrumentations of other SDKs wire a whole run (start_run, the
     # exporter, the spool) behind somebody else's API: above run.py.
-    "instrumentation": frozenset({"collector", "cli", "testing"}),
+    "instrumentation": frozenset({"collector", "view", "cli", "testing"}),
     # The fakes stand in for the platform and a model server: they share no
     # code with the client they are there to test.
     "testing": frozenset({*FOLDERS, *WIRING} - {"testing"}),
     "cli": frozenset(),
-    "<root>": frozenset({"cli", "collector", "testing"}),
+    "<root>": frozenset({"cli", "collector", "view", "testing"}),
     "base": UP_FROM_BASE,
 }
 

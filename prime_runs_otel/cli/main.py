@@ -1,7 +1,7 @@
-"""``prime-runs-otel``: replay, demo, the local store, serve, doctor and the
-fake platform. One module per command group: ``replay`` (replay, demo; over
-OTLP ``otlp_replay``), ``store`` (a package: runs, show, export, push, rm,
-prune), ``serve``, ``doctor``; ``output`` is how every command writes,
+"""``prime-runs-otel``: replay, demo, the local store, serve, ui, doctor and
+the fake platform. One module per command group: ``replay`` (replay, demo;
+over OTLP ``otlp_replay``), ``store`` (a package: runs, show, export, push,
+rm, prune), ``serve``, ``ui`` (the viewer), ``doctor``; ``output`` is how every command writes,
 ``arguments`` the options they share, ``exits`` how they end.
 
 Exit codes: 0 success; 1 the work ran but not everything was delivered (or a
@@ -26,6 +26,7 @@ from .output import color, error, install_pipe_safe_stdout
 from .replay import add_replay_commands
 from .serve import add_serve_command
 from .store import add_store_commands
+from .ui import add_ui_command
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_commands(commands, common)
     add_store_commands(commands, common)
     add_serve_command(commands, common)
+    add_ui_command(commands, common)
 
     doctor = commands.add_parser(
         "doctor",

@@ -22,12 +22,12 @@ from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
 from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
 from ..run import Run, RunResult, start_run
+from ..view.runs import run_view
 from .arguments import json_option, non_negative_float, spool_option
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
 from .output import Progress, color, command_name, error, print_json
 from .recorded_eval import recorded_eval, replay_run_key
-from .store.queries import run_view
 from .store.show import print_show
 
 DEFAULT_REPLAY_TIMEOUT = 300.0
@@ -191,6 +191,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         cli = command_name()
         print()
         print("where to look:")
+        print(f"  {cli} ui                   # every run in the browser (read-only)")
         print(f"  {cli} runs                 # every run in the spool")
         print(f"  {cli} show {short}    # this run")
         print(f"  {cli} export {short} --what samples | head -c 600")

@@ -27,6 +27,7 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
     status_pb2,
 )
 
+from .._net import bind_socket
 from .._text import shown
 from ..errors import ConfigError
 from ..read.otlp import OtlpDecodeError
@@ -352,16 +353,8 @@ def listen(host: str, port: int) -> socket.socket:
     """Bind the HTTP socket up front, so a port in use is a clear error at
     start-up, and port 0 gives a known port before serving."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(2048)
+        return bind_socket(host, port, backlog=2048)
     except OSError as exc:
         raise ConfigError(
             f"cannot listen for OTLP/HTTP on {host}:{port}: {exc}. Pick another --http-port."
         ) from None
-    sock.setblocking(False)
-    return sock

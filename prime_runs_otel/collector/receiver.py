@@ -47,7 +47,11 @@ class Receiver:
             )
         self.config = config
         self.settings = settings
-        self.spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+        self.spool = Spool(
+            settings.spool_path,
+            max_bytes=settings.spool_max_bytes,
+            keep_delivered=settings.keep_delivered,
+        )
         self.uploader = Uploader(self.spool, settings, idle_timeout=config.idle_timeout)
         self.intake = SpanIntake(
             self.spool,

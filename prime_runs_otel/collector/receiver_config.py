@@ -8,9 +8,9 @@ defaults), the process and both fronts read it: none of them owns it.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from .._net import is_loopback
 from ..errors import ConfigError
 from .intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 
@@ -75,12 +75,3 @@ class ReceiverConfig:
             raise ConfigError("the wait for an episode's spans cannot be negative")
         if self.max_held_spans < 1:
             raise ConfigError("serve must be able to hold at least one span for synthesis")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -3,8 +3,8 @@
 ``rm`` and ``prune``).
 
 What they share is below them: :mod:`.lookup` finds the spool and the run a
-command names, :mod:`.queries` reads runs into the vocabulary every command
-prints (and that a viewer can reuse, since it prints nothing).
+command names, and :mod:`prime_runs_otel.view.runs` reads runs into the
+vocabulary every command prints and the viewer shows.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """``prime-runs-otel export``: what the platform would receive for a run
 (legacy sample rows, Prime Traces episode lines, the summary, training
-metrics), computed from the spool with the same projections delivery uses."""
+metrics), computed from the spool with the same projections delivery uses;
+or, with ``--otlp URL``, the run's spans sent to a tracing backend
+(:mod:`.export_otlp`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ...read.projection import episode_sample_rows, traces_line
 from ..arguments import spool_option
 from ..exits import EXIT_OK
 from ..output import Progress, stdout_gone
+from .export_otlp import export_otlp
 from .lookup import find, open_spool
 
 
@@ -23,6 +26,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     """What the platform would receive, computed from the spool."""
     _, spool = open_spool(args.spool_dir)
     run = find(spool, args.run)
+    if args.otlp:
+        return export_otlp(spool, run, args.otlp)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             code = _export(spool, run, args.what, out)
@@ -59,7 +64,8 @@ def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
     if missing > 0 and not stdout_gone():
         print(
             f"note: {missing} episode(s) were delivered already and their bodies are no longer "
-            "kept in the spool (a run pushed with --drop-local, or delivered online)",
+            "kept in the spool (pushed with --drop-local, delivered with "
+            "PRIME_RUNS_OTEL_KEEP_DELIVERED off, dropped by `prune --bodies` or at the size cap)",
             file=sys.stderr,
         )
     return EXIT_OK
@@ -78,6 +84,13 @@ def add_export_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "step metrics (default: samples)",
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    export.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="instead, send the run's spans (episodes with their agent and model-call spans, "
+        "without the record blobs) to a tracing backend's OTLP/HTTP traces endpoint, e.g. "
+        "http://127.0.0.1:6006/v1/traces",
+    )
     export.add_argument(
         "--json", action="store_true", help="accepted for symmetry: the output is JSON already"
     )

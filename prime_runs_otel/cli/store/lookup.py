@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...config import Settings, resolve_settings
 from ...deliver.spool import RunRow, Spool
+from ...view.runs import runs_named
 from ..exits import UsageError
 
 
@@ -25,10 +26,7 @@ def open_spool(spool_dir: str | None) -> tuple[Settings, Spool]:
 
 def find(spool: Spool, key: str) -> RunRow:
     """A run by id, platform id, a unique prefix of either, or its exact name."""
-    run = spool.find_run(key)
-    if run is not None:
-        return run
-    named = [row for row in spool.runs() if row.name == key]
+    named = runs_named(spool, key)
     if len(named) == 1:
         return named[0]
     if len(named) > 1:

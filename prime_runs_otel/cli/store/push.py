@@ -17,11 +17,11 @@ from ..._text import one_line
 from ...config import Settings, resolve_settings
 from ...deliver.spool import RunRow, Spool
 from ...deliver.uploader import Uploader
+from ...view.runs import run_view
 from ..arguments import json_option, non_negative_float, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, color, print_json
 from .lookup import find, open_spool
-from .queries import run_view
 
 
 def why_unpushable(run: RunRow, environments: Sequence[str]) -> str | None:

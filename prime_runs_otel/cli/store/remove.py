@@ -1,18 +1,19 @@
 """``prime-runs-otel rm`` and ``prune``: take runs out of the local store
 (never off the platform), refusing a run still being recorded or
-delivered unless told to."""
+delivered unless told to; ``prune --bodies`` drops only the episode bodies
+delivered runs keep, which bounds the store while keeping the runs."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ...deliver.spool import RunRow
+from ...deliver.spool import RunRow, Spool
+from ...view.runs import STATES, STATUSES, select_runs
 from ..arguments import json_option, parse_age, spool_option
 from ..exits import EXIT_OK, UsageError
-from ..output import print_json
+from ..output import human_bytes, print_json
 from .lookup import find, open_spool
-from .queries import STATES, STATUSES, select_runs
 
 
 def _live(run: RunRow) -> bool:
@@ -46,10 +47,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    if args.older_than is None and not args.status:
+    if args.older_than is None and not args.status and not args.bodies:
         raise UsageError(
             "say what to prune: --older-than AGE (e.g. 30d) and/or --status STATUS "
-            "(e.g. delivered, stored, failed); --dry-run lists it first"
+            "(e.g. delivered, stored, failed), or --bodies; --dry-run lists it first"
         )
     _, spool = open_spool(args.spool_dir)
     rows = [
@@ -57,6 +58,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         for row in select_runs(spool, statuses=args.status or (), older_than=args.older_than)
         if not _live(row)
     ]
+    if args.bodies:
+        return _prune_bodies(spool, rows, dry_run=args.dry_run, as_json=args.json)
     items = [{"id": row.local_id, "name": row.name, "episodes": row.episodes} for row in rows]
     if not args.dry_run:
         for row in rows:
@@ -69,6 +72,36 @@ def cmd_prune(args: argparse.Namespace) -> int:
         print(f"{verb} {item['id']} ({item['name'] or '-'}, {item['episodes']} episode(s))")
     if not items:
         print("no closed run matches; nothing removed")
+    return EXIT_OK
+
+
+def _prune_bodies(spool: Spool, rows: list[RunRow], *, dry_run: bool, as_json: bool) -> int:
+    """Drop the kept bodies of delivered episodes: the runs stay, with their
+    summaries, charts and episode table; only episode pages and ``export``
+    lose what the platform has anyway."""
+    items: list[dict[str, Any]] = []
+    for row in rows:
+        if row.mode != "online":
+            continue  # a local run's bodies are its only copy
+        if dry_run:
+            count, size = spool.delivered_bodies(row.local_id)
+        else:
+            count, size = spool.drop_delivered_bodies(row.local_id)
+        if count:
+            items.append({"id": row.local_id, "name": row.name, "bodies": count, "bytes": size})
+    if as_json:
+        print_json({"would_drop" if dry_run else "dropped": items})
+        return EXIT_OK
+    verb = "would drop" if dry_run else "dropped"
+    for item in items:
+        print(
+            f"{verb} {item['bodies']} delivered episode bodies of {item['id']} "
+            f"({item['name'] or '-'}, {human_bytes(item['bytes'])})"
+        )
+    if not items:
+        print("no delivered run keeps episode bodies; nothing dropped")
+    elif not dry_run:
+        print("the space is reused by the store before its file grows again")
     return EXIT_OK
 
 
@@ -95,6 +128,12 @@ def add_remove_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         choices=STATUSES + STATES,
         help="with this status or state (repeatable)",
+    )
+    prune.add_argument(
+        "--bodies",
+        action="store_true",
+        help="drop only the kept bodies of delivered episodes (the platform has them); the runs, "
+        "their summaries and charts stay",
     )
     prune.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
     json_option(prune, "what was removed")

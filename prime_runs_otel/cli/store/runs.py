@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 from ..._text import one_line
+from ...view.runs import STATES, STATUSES, run_view, select_runs
 from ..arguments import json_option, parse_since, positive_int, spool_option
 from ..exits import EXIT_OK
 from ..output import print_json, stdout_gone
 from .lookup import open_spool
-from .queries import STATES, STATUSES, run_view, select_runs
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -1,6 +1,10 @@
 """``prime-runs-otel show``: one run for a person to read (its summary,
-metrics, a reward histogram, where it is and what to do next), or followed
-live until it is closed."""
+metrics, a reward histogram, errors by type, token and duration figures,
+where it is and what to do next), or followed live until it is closed.
+
+Everything comes from what the spool keeps up to date as episodes are
+stored, so it answers as fast for a million episodes as for ten; a run
+stored by an earlier release is read into those views once, first."""
 
 from __future__ import annotations
 
@@ -8,16 +12,18 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ..._text import one_line
 from ...deliver.spool import RunRow, Spool
+from ...view.distributions import Distribution, distribution
+from ...view.older import read_older_episodes
+from ...view.run_data import run_distributions
+from ...view.runs import run_about, run_view
 from ..arguments import json_option, non_negative_float, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import human_bytes, print_json, stdout_gone
 from .lookup import find, open_spool
-from .queries import episode_rewards, run_view
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -28,27 +34,35 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(run_view(spool, run))
     else:
+        read_older_episodes(spool, run.local_id, _reading_progress())
         print_show(spool, run)
     return EXIT_OK
 
 
-def histogram(values: Sequence[float], bins: int = 10, width: int = 40) -> list[str]:
-    """A reward histogram as text lines: ``[low, high)  ####  count``."""
-    if not values:
-        return []
-    low, high = min(values), max(values)
-    if high == low:
-        return [f"  {low:>8.3f}          {'#' * width} {len(values)}"]
-    step = (high - low) / bins
-    counts = [0] * bins
-    for value in values:
-        counts[min(int((value - low) / step), bins - 1)] += 1
-    top = max(counts)
+def _reading_progress() -> Any:
+    def report(done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            end = "\n" if done >= total else ""
+            print(
+                f"\rreading {done}/{total} episodes stored by an earlier release",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return report
+
+
+def histogram(shape: Distribution, width: int = 40) -> list[str]:
+    """A distribution as text lines: ``low - high  ####  count``."""
+    top = max(item.count for item in shape.bins)
     lines = []
-    for index, count in enumerate(counts):
-        start = low + index * step
-        bar = "#" * (round(width * count / top) if count else 0)
-        lines.append(f"  {start:>8.3f} - {start + step:<8.3f} {bar:<{width}} {count}")
+    for item in shape.bins:
+        bar = "#" * (round(width * item.count / top) if item.count else 0)
+        if item.low == item.high:
+            lines.append(f"  {item.low:>8.3f}            {bar:<{width}} {item.count}")
+        else:
+            lines.append(f"  {item.low:>8.3f} - {item.high:<8.3f} {bar:<{width}} {item.count}")
     return lines
 
 
@@ -61,15 +75,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
         print(f"{label:<11} {one_line(str(text))}", file=stream)
 
     line("run", f"{run.local_id}" + (f"  ({run.name})" if run.name else ""))
-    identity = run.identity
-    about = [run.kind]
-    if identity.model:
-        about.append(f"model {identity.model}")
-    if identity.environments:
-        about.append("environments " + ", ".join(identity.environments))
-    if identity.framework:
-        about.append(f"framework {identity.framework}")
-    line("what", " · ".join(about))
+    line("what", run_about(run))
     where = {
         "stored": "kept in the local store (not pushed)",
         "recording": "still recording",
@@ -95,11 +101,33 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
         width = max(len(name) for name in metrics)
         for name, value in sorted(metrics.items()):
             print(f"  {name:<{width}}  {value:>10.4f}", file=stream)
-    rewards = episode_rewards(spool, run)
-    if len(rewards) > 1:
-        line("rewards", f"histogram of {len(rewards)} episode(s)")
+    shapes = run_distributions(spool, run.local_id)
+    rewards = distribution(spool.histogram(run.local_id, "reward"), bins=10)
+    if rewards is not None and rewards.count > 1:
+        line("rewards", f"histogram of {rewards.count} episode(s)")
         for text in histogram(rewards):
             print(text, file=stream)
+    for name, label, unit in (("tokens", "tokens", ""), ("duration", "duration", " s")):
+        shape = shapes[name]
+        if shape is not None:
+            line(
+                label,
+                f"p50 {shape.p50:g}{unit} · p90 {shape.p90:g}{unit} · "
+                f"p99 {shape.p99:g}{unit} · max {shape.high:g}{unit}",
+            )
+    groups = spool.error_groups(run.local_id)
+    if groups:
+        line("errors", "by type (an example episode each)")
+        width = min(40, max(len(group.error_type) for group in groups))
+        for group in groups[:10]:
+            print(
+                one_line(
+                    f"  {group.error_type[:40]:<{width}}  {group.count:>7}  e.g. {group.example_id}"
+                ),
+                file=stream,
+            )
+        if len(groups) > 10:
+            print(f"  ... and {len(groups) - 10} more type(s): prime-runs-otel ui", file=stream)
     if run.platform_id:
         line("platform", run.platform_id + (f"  {run.url}" if run.url else ""))
     if run.end_error:

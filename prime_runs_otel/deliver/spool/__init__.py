@@ -13,6 +13,9 @@ One module per question:
   once); ``steps``: training step metrics and sample-table objects.
 - ``processes``: which processes feed a run, and the delivery lease.
 - ``size``: the size cap.
+- ``views``: what the local viewer and ``show`` read of a run (its episodes'
+  facts, distributions, errors, series, per-example rewards), kept up to
+  date by ``ingest``; ``rows``: the multi-row statements both use.
 
 Composition: :class:`Spool` is the core with one mixin per module above, each
 a subclass of :class:`~.core.SpoolCore`, so every module reaches the same
@@ -45,15 +48,34 @@ from .size import WARN_FRACTION
 from .steps import MetricsRow, SpoolSteps, StepUpload
 from .traces import SpoolTraces
 from .uploads import SpoolUploads, UploadRow
+from .views import (
+    EPISODE_AXES,
+    HISTOGRAMS,
+    SORTS,
+    STEP_AXIS,
+    EpisodeFactsRow,
+    EpisodeFilter,
+    ErrorGroup,
+    SeriesPoint,
+    SpoolViews,
+)
 
 __all__ = [
     "AUTOCHECKPOINT_PAGES",
+    "EPISODE_AXES",
+    "HISTOGRAMS",
     "SCHEMA_VERSION",
+    "SORTS",
+    "STEP_AXIS",
     "WARN_FRACTION",
+    "EpisodeFactsRow",
+    "EpisodeFilter",
     "EpisodeRow",
+    "ErrorGroup",
     "IngestOutcome",
     "MetricsRow",
     "RunRow",
+    "SeriesPoint",
     "Spool",
     "SpoolError",
     "StepUpload",
@@ -74,6 +96,7 @@ class Spool(
     SpoolSamples,
     SpoolSteps,
     SpoolProcesses,
+    SpoolViews,
 ):
     """Every run, episode and upload of one spool file (see the modules above).
 

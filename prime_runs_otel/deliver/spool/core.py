@@ -150,9 +150,16 @@ class SpoolCore:
     Thread-safe (a connection per thread) and process-safe (SQLite locking).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_bytes: int, keep_delivered: bool = True
+    ) -> None:
+        """``keep_delivered``: whether the runs this process starts keep their
+        episode bodies once delivered (``PRIME_RUNS_OTEL_KEEP_DELIVERED``),
+        for ``show``, ``ui`` and ``export`` to read; at the size cap the
+        oldest of them make room before any new episode is refused."""
         self.path = Path(path)
         self.max_bytes = max_bytes
+        self.keep_delivered = keep_delivered
         self._local = threading.local()
         self._warned_full = False  # see size.py
         try:

@@ -1,7 +1,8 @@
 """The ``episodes`` table and the record bodies beside it (``records``):
 one row per (run, episode id), whose state follows the episode to the
-platform; its body is dropped once the platform has acknowledged it, so the
-file stays bounded by what is still pending."""
+platform. Its body stays once the platform has acknowledged it when the run
+keeps its bodies (the default: ``show``, ``ui`` and ``export`` read them; the
+size cap and ``prune`` bound them), and is dropped then otherwise."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ class EpisodeRow:
 def drop_records(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> None:
     """Delete the bodies of the episodes ``where`` selects: delivered, they
     are the platform's now (the episode row stays, for its state and counts).
-    A run marked ``keep_records`` (pushed from the local store) keeps them:
-    its owner still reads it locally."""
+    A run marked ``keep_records`` (started with
+    ``PRIME_RUNS_OTEL_KEEP_DELIVERED`` on, the default, or pushed from the
+    local store) keeps them: its owner still reads it locally."""
     db.execute(
         f"DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE ({where}) "
         "AND run_id NOT IN (SELECT local_id FROM runs WHERE keep_records = 1))",
@@ -121,3 +123,29 @@ class SpoolEpisodes(SpoolCore):
             db.executemany(
                 "UPDATE episodes SET state = 'delivered' WHERE seq = ?", [(seq,) for seq in seqs]
             )
+
+    def delivered_bodies(self, run_id: str) -> tuple[int, int]:
+        """How many bodies of the run's delivered episodes are kept, and their bytes."""
+        rows = self._query(
+            "SELECT COUNT(*), COALESCE(SUM(e.size), 0) FROM episodes e "
+            "JOIN records r ON r.seq = e.seq WHERE e.run_id = ? AND e.state = 'delivered'",
+            (run_id,),
+        )
+        return int(rows[0][0]), int(rows[0][1])
+
+    def drop_delivered_bodies(self, run_id: str) -> tuple[int, int]:
+        """Drop the kept bodies of the run's delivered episodes (``prune
+        --bodies``): the platform has them, and the run's rows, summary and
+        views stay. Returns how many bodies went, and their bytes."""
+        with self._transaction() as db:
+            count, size = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(e.size), 0) FROM episodes e "
+                "JOIN records r ON r.seq = e.seq WHERE e.run_id = ? AND e.state = 'delivered'",
+                (run_id,),
+            ).fetchone()
+            db.execute(
+                "DELETE FROM records WHERE seq IN (SELECT seq FROM episodes "
+                "WHERE run_id = ? AND state = 'delivered')",
+                (run_id,),
+            )
+            return int(count), int(size)

@@ -6,19 +6,23 @@ It touches several tables at once, so it has a module of its own."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ...read.episodes import EpisodeArrival
 from ...read.projection import LineTemplate, SummaryAccumulator
 from ...read.records import RunBatch
 from .processes import register_producer as register_producer_row
+from .rows import aggregate, insert_rows
 from .runs import ensure_run
 from .size import SpoolSize
 from .steps import insert_metrics
+from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,16 +60,18 @@ class SpoolIngest(SpoolSize):
         their run; run events are always accepted (they are tiny, and losing
         a run's end would leave it open).
         """
-        # The cap is checked per episode against the file size plus what this
-        # batch adds, since one export batch can carry thousands of episodes.
-        size = self.size_bytes()
+        # The cap is checked per episode against the bytes in use plus what
+        # this batch adds, since one export batch can carry thousands of episodes.
+        size = self.used_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
         with self._transaction() as db:
             for batch in batches:
                 local_id = batch.identity.local_id
-                summary = ensure_run(db, batch.identity, mode=mode, now=now)
+                summary = ensure_run(
+                    db, batch.identity, mode=mode, now=now, keep_records=self.keep_delivered
+                )
                 if register_producer:
                     register_producer_row(db, local_id, owns_run=owns_runs, now=now)
                 if batch.start is not None:
@@ -139,12 +145,15 @@ class SpoolIngest(SpoolSize):
         """
         ids = [episode.episode_id for episode in episodes]
         known: set[str] = set()
-        for stored in _aggregate(
+        for stored in aggregate(
             db, "json_group_array(episode_id)", "episodes", run_id, "episode_id", ids
         ):
             known.update(stored)
         fresh: list[EpisodeArrival] = []
         refused = 0
+        incoming = sum(len(e.raw) for e in episodes if e.episode_id not in known)
+        if size + incoming > self.max_bytes:
+            size = self._make_room(db, size, size + incoming - self.max_bytes)
         for episode in episodes:
             if episode.episode_id in known:
                 continue
@@ -157,24 +166,34 @@ class SpoolIngest(SpoolSize):
         if not fresh:
             return 0, refused, size
         numbers = self._number_rollouts(db, run_id, fresh)
-        _insert_rows(
+        insert_rows(
             db,
-            "episodes (run_id, episode_id, has_traces, size, step, rollout_number)",
+            "episodes (run_id, episode_id, has_traces, size, step, rollout_number, "
+            f"{', '.join(FACT_COLUMNS)})",
             [
-                (run_id, e.episode_id, int(e.digest.has_traces), len(e.raw), e.step, number)
+                (
+                    run_id,
+                    e.episode_id,
+                    int(e.digest.has_traces),
+                    len(e.raw),
+                    e.step,
+                    number,
+                    *fact_values(e.digest),
+                )
                 for e, number in zip(fresh, numbers, strict=True)
             ],
         )
         seqs: dict[str, int] = {}
         fresh_ids = [episode.episode_id for episode in fresh]
-        for found in _aggregate(
+        for found in aggregate(
             db, "json_group_object(episode_id, seq)", "episodes", run_id, "episode_id", fresh_ids
         ):
             seqs.update(found)
-        _insert_rows(db, "records (seq, body)", [(seqs[e.episode_id], e.raw) for e in fresh])
+        insert_rows(db, "records (seq, body)", [(seqs[e.episode_id], e.raw) for e in fresh])
         lines.extend((seqs[e.episode_id], e.line) for e in fresh if e.line is not None)
         for episode in fresh:
             summary.add_digest(episode.digest)
+        _add_to_views(db, run_id, fresh, seqs)
         return len(fresh), refused, size
 
     @staticmethod
@@ -185,7 +204,7 @@ class SpoolIngest(SpoolSize):
         order, continuing the run's counts; None for an episode without traces."""
         keys = list({e.digest.rollout_key for e in episodes if e.digest.has_traces})
         counts: dict[str, int] = {}
-        for found in _aggregate(
+        for found in aggregate(
             db, "json_group_object(example_key, count)", "rollouts", run_id, "example_key", keys
         ):
             counts.update(found)
@@ -198,7 +217,7 @@ class SpoolIngest(SpoolSize):
             counts[key] = counts.get(key, 0) + 1
             numbers.append(counts[key])
         if keys:
-            _insert_rows(
+            insert_rows(
                 db,
                 "rollouts (run_id, example_key, count)",
                 [(run_id, key, counts[key]) for key in keys],
@@ -207,44 +226,35 @@ class SpoolIngest(SpoolSize):
         return numbers
 
 
-#: Rows per multi-row statement: well inside SQLite's 32,766 bound variables.
-_ROWS_PER_STATEMENT = 500
-
-
-def _chunks(items: Sequence[Any], size: int = _ROWS_PER_STATEMENT) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _aggregate(
-    db: sqlite3.Connection,
-    aggregate: str,
-    table: str,
-    run_id: str,
-    column: str,
-    values: Sequence[Any],
-) -> Iterator[Any]:
-    """``aggregate`` (a ``json_group_*`` expression) over the rows of a run
-    whose ``column`` is among ``values``, parsed, one statement per chunk:
-    a read costs one statement however many rows it covers."""
-    for chunk in _chunks(values):
-        marks = ", ".join("?" * len(chunk))
-        (text,) = db.execute(
-            f"SELECT {aggregate} FROM {table} WHERE run_id = ? AND {column} IN ({marks})",
-            (run_id, *chunk),
-        ).fetchone()
-        yield json.loads(text)
-
-
-def _insert_rows(
-    db: sqlite3.Connection, target: str, rows: Sequence[tuple[Any, ...]], *, suffix: str = ""
+def _add_to_views(
+    db: sqlite3.Connection, run_id: str, fresh: Sequence[EpisodeArrival], seqs: dict[str, int]
 ) -> None:
-    """``INSERT INTO target VALUES (...), (...), ...`` in as few statements as fit."""
-    if not rows:
-        return
-    width = len(rows[0])
-    row_marks = "(" + ", ".join("?" * width) + ")"
-    for chunk in _chunks(rows):
-        values = ", ".join([row_marks] * len(chunk))
-        flat = [value for row in chunk for value in row]
-        db.execute(f"INSERT INTO {target} VALUES {values} {suffix}", flat)
+    """Fold the stored episodes into what the viewer shows of their run.
+
+    Inside a savepoint: should that fail, the views of the run miss these
+    episodes (and say so in the log), but the episodes are stored all the
+    same. What the viewer shows never costs an episode."""
+    (before,) = db.execute("SELECT episodes FROM runs WHERE local_id = ?", (run_id,)).fetchone()
+    stored = [
+        StoredEpisode(seqs[e.episode_id], before + index, e.episode_id, e.step, e.digest)
+        for index, e in enumerate(fresh)
+    ]
+    db.execute("SAVEPOINT views")
+    try:
+        add_to_views(db, run_id, stored)
+    except (
+        sqlite3.IntegrityError,
+        sqlite3.InterfaceError,
+        sqlite3.ProgrammingError,
+        KeyError,
+        OverflowError,
+        TypeError,
+        ValueError,
+    ):
+        db.execute("ROLLBACK TO views")
+        logger.exception(
+            "Run %s: %d episode(s) stored, but left out of what the viewer shows of the run",
+            run_id,
+            len(stored),
+        )
+    db.execute("RELEASE views")

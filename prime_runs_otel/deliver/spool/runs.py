@@ -72,10 +72,16 @@ class RunRow:
 
 
 def ensure_run(
-    db: sqlite3.Connection, identity: RunIdentity, *, mode: str, now: float
+    db: sqlite3.Connection,
+    identity: RunIdentity,
+    *,
+    mode: str,
+    now: float,
+    keep_records: bool = True,
 ) -> SummaryAccumulator:
     """The run's running summary, creating the run on first sight (an
-    attached run starts as created: the platform already has it)."""
+    attached run starts as created: the platform already has it), keeping
+    its bodies after delivery or not (``keep_records``)."""
     row = db.execute(
         "SELECT summary_state FROM runs WHERE local_id = ?", (identity.local_id,)
     ).fetchone()
@@ -84,8 +90,8 @@ def ensure_run(
     summary = SummaryAccumulator()
     db.execute(
         "INSERT INTO runs (local_id, kind, name, identity, mode, created_at, updated_at, "
-        "summary_state, last_seen, platform_id, create_state) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "summary_state, last_seen, platform_id, create_state, keep_records) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             identity.local_id,
             identity.kind,
@@ -98,6 +104,7 @@ def ensure_run(
             now,
             identity.attach,
             "created" if identity.attach else "pending",
+            int(keep_records),
         ),
     )
     return summary
@@ -207,7 +214,16 @@ class SpoolRuns(SpoolCore):
                 "DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE run_id = ?)",
                 (local_id,),
             )
-            for table in ("episodes", "rollouts", "uploads", "metrics", "producers"):
+            for table in (
+                "episodes",
+                "rollouts",
+                "uploads",
+                "metrics",
+                "producers",
+                "run_histograms",
+                "run_errors",
+                "run_series",
+            ):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", (local_id,))
             db.execute("DELETE FROM runs WHERE local_id = ?", (local_id,))
             return int(count)

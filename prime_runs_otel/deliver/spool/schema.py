@@ -59,6 +59,18 @@ CREATE TABLE IF NOT EXISTS episodes (
     state TEXT NOT NULL DEFAULT 'pending',
     upload_id TEXT,
     step INTEGER,
+    -- What the viewer sorts and filters by (see views.py), set as the episode
+    -- is stored. ok: 1 or 0; -1 when its body was gone before it could be
+    -- read; NULL until read (an episode stored by an earlier release).
+    ok INTEGER,
+    reward REAL,
+    error_type TEXT,
+    tokens INTEGER,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    duration REAL,
+    turns INTEGER,
+    example TEXT,
     UNIQUE (run_id, episode_id)
 );
 CREATE INDEX IF NOT EXISTS episodes_by_state ON episodes (run_id, state, seq);
@@ -72,8 +84,49 @@ CREATE TABLE IF NOT EXISTS rollouts (
     run_id TEXT NOT NULL,
     example_key TEXT NOT NULL,
     count INTEGER NOT NULL,
+    -- Per-example rewards for the viewer: the sum over the rollouts with a
+    -- reward, how many had one, and how many failed.
+    reward_sum REAL NOT NULL DEFAULT 0,
+    rewarded INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, example_key)
 );
+-- What the viewer shows of a run, kept up to date in the transaction that
+-- stores each episode (views.py), so that no page reads the bodies.
+-- Distributions: how many episodes (model calls, for call_latency) had each
+-- value, the value rounded to three significant digits.
+CREATE TABLE IF NOT EXISTS run_histograms (
+    run_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    bucket REAL NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (run_id, name, bucket)
+) WITHOUT ROWID;
+-- Failed episodes by error type, with the first one as an example.
+CREATE TABLE IF NOT EXISTS run_errors (
+    run_id TEXT NOT NULL,
+    error_type TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    example_id TEXT NOT NULL,
+    example_message TEXT,
+    PRIMARY KEY (run_id, error_type)
+) WITHOUT ROWID;
+-- Rewards and metrics over a run: axis 0 by training step (point = step),
+-- axis N > 0 by blocks of N episodes in arrival order (point = block).
+-- metrics is JSON: {name: [sum, count]}.
+CREATE TABLE IF NOT EXISTS run_series (
+    run_id TEXT NOT NULL,
+    axis INTEGER NOT NULL,
+    point INTEGER NOT NULL,
+    episodes INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    rewarded INTEGER NOT NULL,
+    reward_sum REAL NOT NULL,
+    metrics TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    PRIMARY KEY (run_id, axis, point)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS uploads (
     upload_id TEXT PRIMARY KEY,
     run_id TEXT NOT NULL,
@@ -115,15 +168,34 @@ CREATE TABLE IF NOT EXISTS lease (
 #: file so that an upgrade never needs the spool emptied first.
 ADDED_COLUMNS = {
     "runs": (
-        # 1: the run's record bodies stay after delivery (a local run pushed,
-        # still to be read with `export`); 0: dropped once the platform has them.
+        # 1: the run's record bodies stay after delivery (for `show`, `ui` and
+        # `export`; the default for a run started with
+        # PRIME_RUNS_OTEL_KEEP_DELIVERED on, and a local run pushed); 0:
+        # dropped once the platform has them.
         ("keep_records", "INTEGER NOT NULL DEFAULT 0"),
         # The producer's own run summary (JSON), sent instead of the aggregated one.
         ("end_summary", "TEXT"),
         # Episodes the producer could not encode (reported with the run's end).
         ("unencodable", "INTEGER NOT NULL DEFAULT 0"),
     ),
-    "episodes": (("step", "INTEGER"),),
+    "episodes": (
+        ("step", "INTEGER"),
+        # What the viewer sorts and filters by (see the table above).
+        ("ok", "INTEGER"),
+        ("reward", "REAL"),
+        ("error_type", "TEXT"),
+        ("tokens", "INTEGER"),
+        ("input_tokens", "INTEGER"),
+        ("output_tokens", "INTEGER"),
+        ("duration", "REAL"),
+        ("turns", "INTEGER"),
+        ("example", "TEXT"),
+    ),
+    "rollouts": (
+        ("reward_sum", "REAL NOT NULL DEFAULT 0"),
+        ("rewarded", "INTEGER NOT NULL DEFAULT 0"),
+        ("failed", "INTEGER NOT NULL DEFAULT 0"),
+    ),
     "producers": (("owner", "INTEGER NOT NULL DEFAULT 1"),),
     "uploads": (
         ("step", "INTEGER"),
@@ -136,6 +208,27 @@ ADDED_COLUMNS = {
 }
 
 
+#: The viewer's indexes over columns added in place: created once the
+#: columns are there. Each lets a page of a run's episodes sorted or filtered
+#: by that column be read without visiting the run's other episodes
+#: (``episodes_failed`` holds a run's failures with every value they are
+#: sorted or filtered by, so a page of them is read from it alone);
+#: ``episodes_without_facts`` holds only episodes stored by an earlier
+#: release (new ones are read as they are stored), so it costs a new spool
+#: nothing.
+INDEXES = """
+CREATE INDEX IF NOT EXISTS episodes_by_run ON episodes (run_id, seq);
+CREATE INDEX IF NOT EXISTS episodes_by_reward ON episodes (run_id, reward);
+CREATE INDEX IF NOT EXISTS episodes_by_tokens ON episodes (run_id, tokens);
+CREATE INDEX IF NOT EXISTS episodes_by_duration ON episodes (run_id, duration);
+CREATE INDEX IF NOT EXISTS episodes_failed
+    ON episodes (run_id, error_type, reward, tokens, duration) WHERE error_type IS NOT NULL;
+CREATE INDEX IF NOT EXISTS episodes_by_example ON episodes (run_id, example);
+CREATE INDEX IF NOT EXISTS episodes_without_facts ON episodes (run_id, seq)
+    WHERE ok IS NULL OR ok < 0;
+"""
+
+
 def create_tables(db: sqlite3.Connection) -> None:
     """Create what is missing; outside a transaction (``executescript``
     commits), and harmless when another process does the same."""
@@ -146,6 +239,7 @@ def create_tables(db: sqlite3.Connection) -> None:
             if name not in present:
                 with suppress(sqlite3.OperationalError):  # another process added it
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+    db.executescript(INDEXES)
 
 
 def stored_version(db: sqlite3.Connection) -> int:

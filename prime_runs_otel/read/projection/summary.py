@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .episode import Number, rollout_key, trainable, weighted_reward
+from .episode import Number, rollout_key, summary_trace_index, trainable, weighted_reward
+from .facts import NO_FACTS, EpisodeFacts, episode_facts
 
 __all__ = ["EpisodeDigest", "SummaryAccumulator", "TraceScores", "digest_episode"]
 
@@ -85,8 +86,8 @@ class TraceScores:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeDigest:
-    """All the spool needs of a record besides its bytes: the summary's share and the
-    rollout numbering key.
+    """All the spool needs of a record besides its bytes: the summary's share, the
+    rollout numbering key, and what the local viewer shows of it (``facts``).
 
     Taken once, when the record is read, so the parsed record can be dropped at once:
     holding thousands of parsed records for the length of an export batch is what made
@@ -97,6 +98,7 @@ class EpisodeDigest:
     has_traces: bool
     rollout_key: str
     traces: tuple[TraceScores, ...]
+    facts: EpisodeFacts = NO_FACTS
 
 
 def digest_episode(record: Mapping[str, Any]) -> EpisodeDigest:
@@ -106,11 +108,19 @@ def digest_episode(record: Mapping[str, Any]) -> EpisodeDigest:
         traces = record.get("traces") or ()
         scores = tuple(TraceScores.of(trace) for trace in traces)
         key = json.dumps(rollout_key(record), sort_keys=True, default=str)
+        index = summary_trace_index(record) if scores else -1
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(
             f"its rewards, metrics or task are not in the verifiers shape ({exc!r})"
         ) from None
-    return EpisodeDigest(bool(record.get("ok", False)), bool(traces), key, scores)
+    summary = scores[index] if scores else None
+    facts = episode_facts(
+        record,
+        index,
+        summary.reward if summary is not None else None,
+        summary.values if summary is not None else (),
+    )
+    return EpisodeDigest(bool(record.get("ok", False)), bool(traces), key, scores, facts)
 
 
 class _ScoredTotals:

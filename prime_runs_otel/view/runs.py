@@ -1,30 +1,27 @@
-"""What the local store holds, read for people: the queries behind ``runs``,
-``show`` and every ``--json``, and nothing that prints.
+"""What the local store holds, read for people: the runs behind ``runs``,
+``show``, every ``--json`` and the viewer's pages, and nothing that prints.
 
-One vocabulary for every command that describes a run (see
+One vocabulary for every command and page that describes a run (see
 :func:`run_view`): ``status`` is how the run ended (``running`` until it
 does), ``state`` where it is in its life (``recording``, ``stored`` in the
 local store, ``delivering``, ``delivered``, ``stopped`` on a permanent
 refusal), ``pending`` the episodes still on their way to the platform and
 ``not_pushed`` those of a local run nobody has pushed yet.
 
-Its own module, importing nothing of ``cli/``, because a local viewer reads
-the same runs the same way: it can take these queries as they are, and the
-words it shows stay the words the command line prints.
+In ``view/`` rather than beside the commands because the viewer reads the
+same runs the same way, and the words it shows stay the words the command
+line prints.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..._json import loads as fast_loads
-from ...deliver.advice import next_step
-from ...deliver.spool import RunRow, Spool
-from ...deliver.summary import run_summary
-from ...read.projection import TraceScores, summary_trace_index
+from ..deliver.advice import next_step
+from ..deliver.spool import RunRow, Spool
+from ..deliver.summary import run_summary
 
 STATES = ("recording", "stored", "delivering", "delivered", "stopped")
 STATUSES = ("running", "completed", "failed", "cancelled", "crashed")
@@ -43,7 +40,7 @@ def run_state(run: RunRow) -> str:
 def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
     """A run as every command prints it in ``--json`` (the keys are documented
     in docs/cli.md and stay stable)."""
-    waiting = spool.pending_count(run.local_id)
+    waiting = spool.waiting_count(run)
     local = run.mode == "local"
     return {
         "id": run.local_id,
@@ -108,19 +105,23 @@ def select_runs(
     return chosen
 
 
-def episode_rewards(spool: Spool, run: RunRow, limit: int = 100_000) -> list[float]:
-    """Each stored episode's reward (its summary trace's), up to ``limit``."""
-    rewards: list[float] = []
-    for episode in spool.iter_episodes(run.local_id):
-        try:
-            record = fast_loads(episode.record)
-            traces = record.get("traces") or ()
-            if traces:
-                reward = float(TraceScores.of(traces[summary_trace_index(record)]).reward)
-                if math.isfinite(reward):
-                    rewards.append(reward)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            continue
-        if len(rewards) >= limit:
-            break
-    return rewards
+def runs_named(spool: Spool, key: str) -> list[RunRow]:
+    """The runs ``key`` names: by id, platform id or a unique prefix of
+    either (one run), else by exact name (as many as share it)."""
+    run = spool.find_run(key)
+    if run is not None:
+        return [run]
+    return [row for row in spool.runs() if row.name == key]
+
+
+def run_about(run: RunRow) -> str:
+    """What a run is, in a line: kind, model, environments, framework."""
+    identity = run.identity
+    about = [run.kind]
+    if identity.model:
+        about.append(f"model {identity.model}")
+    if identity.environments:
+        about.append("environments " + ", ".join(identity.environments))
+    if identity.framework:
+        about.append(f"framework {identity.framework}")
+    return " · ".join(about)

@@ -1,0 +1,71 @@
+"""``prime-runs-otel ui``: the local viewer of the store in the browser
+(:mod:`prime_runs_otel.view`), on loopback unless told otherwise.
+
+Only the wiring is here: the options, the token a listener beyond loopback
+needs (as ``serve`` does), the address printed and opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import webbrowser
+from typing import Any
+
+from .._net import is_loopback
+from ..view.server import ViewerServer
+from .arguments import parse_since, port_number, spool_option
+from .exits import EXIT_OK, UsageError
+from .store.lookup import open_spool
+
+__all__ = ["TOKEN_ENV", "add_ui_command"]
+
+TOKEN_ENV = "PRIME_RUNS_OTEL_UI_TOKEN"
+DEFAULT_PORT = 8765
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    if not args.token and not is_loopback(args.host):
+        raise UsageError(
+            f"ui listens on {args.host}, beyond this machine, so it needs a token: pass --token "
+            f"or set {TOKEN_ENV} (the address printed then carries it), or listen on 127.0.0.1"
+        )
+    _, spool = open_spool(args.spool_dir)
+    server = ViewerServer(
+        spool, host=args.host, port=args.port, token=args.token, since=parse_since
+    )
+    print(f"viewer of {spool.path}: {server.url}", flush=True)
+    print("read-only; Ctrl-C stops it", flush=True)
+    if not args.no_browser and not webbrowser.open(server.url):
+        print("(no browser could be opened here: open the address above)", file=sys.stderr)
+    server.serve()
+    return EXIT_OK
+
+
+def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    ui = commands.add_parser(
+        "ui",
+        parents=[common],
+        help="look at the runs in the local store in the browser",
+        description="Serve a read-only viewer of the local store (runs, a run's distributions, "
+        "errors and curves, its episodes, runs side by side) and open it in the browser.",
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    ui.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"port to listen on (default {DEFAULT_PORT}; 0: any free one)",
+    )
+    ui.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"token a browser must present (default: ${TOKEN_ENV}); required when listening "
+        "beyond loopback",
+    )
+    ui.add_argument(
+        "--no-browser", action="store_true", help="print the address, do not open a browser"
+    )
+    spool_option(ui)
+    ui.set_defaults(func=cmd_ui)

@@ -1,0 +1,61 @@
+"""Many rows in few statements: the multi-row reads and writes that
+``ingest`` and ``views`` make inside their transactions.
+
+Python's sqlite3 lets go of the GIL on every statement, and taking it back
+can cost a switch interval (5 ms) while a producer thread computes, so a
+batch of thousands of episodes is read and written with a fixed handful of
+statements rather than a few per episode.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+#: Rows per multi-row statement: well inside SQLite's 32,766 bound variables.
+ROWS_PER_STATEMENT = 500
+
+
+def chunks(items: Sequence[Any], size: int = ROWS_PER_STATEMENT) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def aggregate(
+    db: sqlite3.Connection,
+    expression: str,
+    table: str,
+    run_id: str,
+    column: str,
+    values: Sequence[Any],
+    *,
+    where: str = "",
+) -> Iterator[Any]:
+    """``expression`` (a ``json_group_*`` aggregate) over the rows of a run
+    whose ``column`` is among ``values`` (and that match ``where``, SQL of
+    this package's own), parsed, one statement per chunk: a read costs one
+    statement however many rows it covers."""
+    extra = f" AND {where}" if where else ""
+    for chunk in chunks(values):
+        marks = ", ".join("?" * len(chunk))
+        (text,) = db.execute(
+            f"SELECT {expression} FROM {table} WHERE run_id = ? AND {column} IN ({marks}){extra}",
+            (run_id, *chunk),
+        ).fetchone()
+        yield json.loads(text)
+
+
+def insert_rows(
+    db: sqlite3.Connection, target: str, rows: Sequence[tuple[Any, ...]], *, suffix: str = ""
+) -> None:
+    """``INSERT INTO target VALUES (...), (...), ...`` in as few statements as fit."""
+    if not rows:
+        return
+    width = len(rows[0])
+    row_marks = "(" + ", ".join("?" * width) + ")"
+    for chunk in chunks(rows):
+        values = ", ".join([row_marks] * len(chunk))
+        flat = [value for row in chunk for value in row]
+        db.execute(f"INSERT INTO {target} VALUES {values} {suffix}", flat)

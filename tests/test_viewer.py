@@ -1,0 +1,426 @@
+"""The local viewer's data and pages, on small runs recorded through the real
+pipeline into the test's own spool: what the spool keeps as episodes are
+stored (checked against the records themselves), each page's data, the
+pages over HTTP from a real server on loopback (including bad input and who
+may read), an older spool upgraded and read in place, and what `show`
+prints from it all."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from viewer_runs import (
+    EPISODES_PER_STEP,
+    EVAL_EPISODES,
+    TRAIN_STEPS,
+    open_spool,
+    record_eval,
+    record_training,
+)
+
+from prime_runs_otel._json import loads
+from prime_runs_otel.cli.arguments import parse_since
+from prime_runs_otel.deliver.spool import EpisodeFilter, Spool
+from prime_runs_otel.deliver.spool.views import FACT_COLUMNS
+from prime_runs_otel.read.projection import TraceScores, summary_trace_index
+from prime_runs_otel.view import compare
+from prime_runs_otel.view import episodes as episodes_view
+from prime_runs_otel.view.compare import compare_data
+from prime_runs_otel.view.episodes import QueryError, episode_detail, episode_table, table_query
+from prime_runs_otel.view.older import read_older_episodes
+from prime_runs_otel.view.run_data import run_data
+from prime_runs_otel.view.server import ViewerServer
+
+
+@dataclass
+class Store:
+    path: Path
+    spool: Spool
+    eval_id: str
+    other_id: str
+    train_id: str
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    spool_dir = tmp_path / "spool"
+    eval_id = record_eval(spool_dir)
+    other_id = record_eval(spool_dir, name="demo-eval-2", seed=1)
+    train_id = record_training(spool_dir)
+    spool = open_spool(spool_dir)
+    yield Store(spool_dir, spool, eval_id, other_id, train_id)
+    spool.close()
+
+
+def _rewards(spool: Spool, run_id: str) -> list[float]:
+    """Each stored episode's reward, read from its record."""
+    found = []
+    for episode in spool.iter_episodes(run_id):
+        record = loads(episode.record)
+        traces = record["traces"]
+        reward = float(TraceScores.of(traces[summary_trace_index(record)]).reward)
+        if math.isfinite(reward):
+            found.append(reward)
+    return found
+
+
+def test_the_views_hold_what_the_records_say(store: Store) -> None:
+    spool, run_id = store.spool, store.eval_id
+    records = [loads(episode.record) for episode in spool.iter_episodes(run_id)]
+    assert len(records) == EVAL_EPISODES
+    rewards = _rewards(spool, run_id)
+    assert sum(count for _, count in spool.histogram(run_id, "reward")) == len(rewards)
+    failed = [record for record in records if not record["ok"]]
+    assert failed, "the synthetic run has failing episodes"
+    groups = spool.error_groups(run_id)
+    assert [(group.error_type, group.count) for group in groups] == [
+        ("ProviderTimeout", len(failed))
+    ]
+    assert groups[0].example_id in {record["id"] for record in failed}
+    assert groups[0].example_message and "no response within" in groups[0].example_message
+    (points,) = [spool.series(run_id, axis) for axis in (8192,)]
+    assert sum(point.episodes for point in points) == EVAL_EPISODES
+    assert sum(point.failed for point in points) == len(failed)
+    assert math.isclose(sum(point.reward_sum for point in points), sum(rewards))
+    assert sum(count for _, count in spool.histogram(run_id, "tokens")) == EVAL_EPISODES
+    calls = sum(len(trace["calls"]) for record in records for trace in record["traces"])
+    assert sum(count for _, count in spool.histogram(run_id, "call_latency")) == calls
+
+
+def test_the_run_page_data_of_an_eval_and_a_training_run(store: Store) -> None:
+    eval_data = run_data(store.spool, store.spool.run(store.eval_id))  # type: ignore[arg-type]
+    reward = eval_data.distributions["reward"]
+    assert reward is not None and reward.count == len(_rewards(store.spool, store.eval_id))
+    assert sum(item.count for item in reward.bins) == reward.count
+    assert reward.low <= reward.p50 <= reward.p90 <= reward.high
+    assert eval_data.series is not None and eval_data.series.axis == "episodes"
+    assert eval_data.series.x[-1] == EVAL_EPISODES
+    assert "num_turns" in eval_data.series.metrics
+    assert eval_data.errors[0].error_type == "ProviderTimeout"
+    assert eval_data.unread == 0 and eval_data.bodiless == 0
+
+    train = run_data(store.spool, store.spool.run(store.train_id))  # type: ignore[arg-type]
+    assert train.series is not None and train.series.axis == "step"
+    assert train.series.x == tuple(range(TRAIN_STEPS))
+    assert train.series.episodes == (EPISODES_PER_STEP,) * TRAIN_STEPS
+    assert [step for step, _ in train.step_metrics["loss"]] == list(range(TRAIN_STEPS))
+    assert train.step_metrics["loss"][0] == (0, 1.0)
+
+
+def test_the_episode_table_sorts_filters_and_pages(store: Store) -> None:
+    run = store.spool.run(store.eval_id)
+    assert run is not None
+    by_reward = episode_table(store.spool, run, table_query({"sort": "reward", "order": "desc"}))
+    rewards = [row.reward for row in by_reward.rows if row.reward is not None]
+    assert rewards == sorted(rewards, reverse=True)
+    assert rewards[0] == max(_rewards(store.spool, store.eval_id))
+    assert by_reward.total == EVAL_EPISODES and by_reward.pages == 3
+
+    failed = episode_table(store.spool, run, table_query({"error": "ProviderTimeout"}))
+    assert failed.total == store.spool.error_groups(store.eval_id)[0].count
+    assert all(row.ok == 0 and row.error_type == "ProviderTimeout" for row in failed.rows)
+
+    ranged = episode_table(store.spool, run, table_query({"min_reward": "1", "sort": "tokens"}))
+    assert all(row.reward is not None and row.reward >= 1 for row in ranged.rows)
+    tokens = [row.tokens for row in ranged.rows if row.tokens is not None]
+    assert tokens == sorted(tokens, reverse=True)
+
+    example = by_reward.rows[0].example
+    same = episode_table(store.spool, run, table_query({"example": example or ""}))
+    assert 1 <= same.total <= 4 and {row.example for row in same.rows} == {example}
+
+    second = episode_table(store.spool, run, table_query({"page": "2"}))
+    assert [row.seq for row in second.rows] == sorted(row.seq for row in second.rows)
+    first = episode_table(store.spool, run, table_query({}))
+    assert first.rows[-1].seq < second.rows[0].seq
+
+    for bad in ({"sort": "name"}, {"min_reward": "much"}, {"page": "0"}, {"order": "up"}):
+        with pytest.raises(QueryError):
+            table_query(bad)
+
+
+def test_an_episode_page_holds_its_whole_conversation(store: Store) -> None:
+    spool = store.spool
+    run = spool.run(store.eval_id)
+    assert run is not None
+    rows = spool.episode_rows(run.local_id, EpisodeFilter(), limit=EVAL_EPISODES)
+    for row in rows:
+        detail = episode_detail(spool, run, row.episode_id)
+        assert detail is not None and detail.problem is None
+        record = loads(spool.episode(run.local_id, row.episode_id)[1])  # type: ignore[index]
+        assert len(detail.traces) == len(record["traces"])
+        for trace, shown in zip(record["traces"], detail.traces, strict=True):
+            assert [node["message"]["role"] for node in trace["nodes"]] == [
+                message.role for message in shown.messages
+            ]
+            sampled = [message for message in shown.messages if message.sampled]
+            assert all("completion_tokens" in message.usage for message in sampled)
+    with_tools = [
+        message
+        for row in rows
+        for trace in episode_detail(spool, run, row.episode_id).traces  # type: ignore[union-attr]
+        for message in trace.messages
+        if message.tool_calls
+    ]
+    assert with_tools and with_tools[0].tool_calls[0][0] == "calculator"
+    assert episode_detail(spool, run, "no-such-episode") is None
+
+
+def _damage(spool_dir: Path, episode_id: str, body: bytes | None) -> None:
+    db = sqlite3.connect(spool_dir / "spool.sqlite3")
+    with db:
+        (seq,) = db.execute(
+            "SELECT seq FROM episodes WHERE episode_id = ?", (episode_id,)
+        ).fetchone()
+        if body is None:
+            db.execute("DELETE FROM records WHERE seq = ?", (seq,))
+        else:
+            db.execute("UPDATE records SET body = ? WHERE seq = ?", (body, seq))
+    db.close()
+
+
+def test_a_damaged_missing_or_huge_record_is_said_so(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spool = store.spool
+    run = spool.run(store.eval_id)
+    assert run is not None
+    first, second, third = spool.episode_rows(run.local_id, EpisodeFilter(), limit=3)
+    _damage(store.path, first.episode_id, b'{"id": "x", "traces": [')
+    _damage(store.path, second.episode_id, None)
+    damaged = episode_detail(spool, run, first.episode_id)
+    assert damaged is not None and "damaged" in (damaged.problem or "")
+    missing = episode_detail(spool, run, second.episode_id)
+    assert missing is not None and "no longer kept" in (missing.problem or "")
+    monkeypatch.setattr(episodes_view, "MAX_BODY_BYTES", 1000)
+    huge = episode_detail(spool, run, third.episode_id)
+    assert huge is not None and "--what episodes" in (huge.problem or "")
+
+
+def test_runs_side_by_side(store: Store) -> None:
+    spool = store.spool
+    runs = [spool.run(store.eval_id), spool.run(store.other_id)]
+    data = compare_data(spool, runs)  # type: ignore[arg-type]
+    (examples,) = data.examples
+    assert examples.every == 1 and examples.shared == EVAL_EPISODES // 4
+    assert examples.higher + examples.lower <= examples.shared
+    differences = [abs(b - a) for _, a, b in examples.top]
+    assert differences == sorted(differences, reverse=True)
+    assert len(examples.sample) == examples.shared
+    first, second = data.rewards
+    assert first is not None and second is not None
+    assert (first.bins[0].low, first.bins[-1].high) == (second.bins[0].low, second.bins[-1].high)
+    assert "num_turns" in data.metric_names
+
+
+def test_runs_with_many_examples_are_compared_on_a_sample(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compare, "MAX_EXAMPLES", 10)
+    runs = [store.spool.run(store.eval_id), store.spool.run(store.other_id)]
+    (examples,) = compare.compare_data(store.spool, runs).examples  # type: ignore[arg-type]
+    assert examples.every == 3
+    assert 0 < examples.shared < EVAL_EPISODES // 4
+
+
+# -- over HTTP --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(store: Store) -> Iterator[httpx.Client]:
+    with (
+        ViewerServer(store.spool, port=0, since=parse_since) as running,
+        httpx.Client(base_url=running.url, timeout=30) as client,
+    ):
+        yield client
+
+
+def test_every_page_answers(store: Store, server: httpx.Client) -> None:
+    episode = store.spool.episode_rows(store.eval_id, EpisodeFilter(), limit=1)[0]
+    for path in (
+        "/",
+        "/?kind=train",
+        "/?status=stored&since=7d",
+        f"/runs/{store.eval_id}",
+        f"/runs/{store.eval_id[:10]}",
+        f"/runs/{store.train_id}",
+        f"/runs/{store.eval_id}?part=live",
+        f"/runs/{store.eval_id}/episodes?sort=duration&order=asc&error=any",
+        f"/runs/{store.eval_id}/episodes/{episode.episode_id}",
+        f"/compare?run={store.eval_id}&run={store.other_id}&run={store.train_id}",
+    ):
+        answer = server.get(path)
+        assert answer.status_code == 200, (path, answer.text[:500])
+        assert answer.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in answer.headers["content-security-policy"]
+    assert "ProviderTimeout" in server.get(f"/runs/{store.eval_id}").text
+    status = server.get(f"/api/runs/{store.eval_id}/status").json()
+    assert status["episodes"] == EVAL_EPISODES and status["state"] == "stored"
+    assert {run["id"] for run in server.get("/api/runs").json()} == {
+        store.eval_id,
+        store.other_id,
+        store.train_id,
+    }
+    assert server.get("/static/viewer.js").headers["content-type"].startswith("text/javascript")
+
+
+def test_bad_input_gets_a_page_that_says_what(store: Store, server: httpx.Client) -> None:
+    episode = store.spool.episode_rows(store.eval_id, EpisodeFilter(), limit=1)[0]
+    _damage(store.path, episode.episode_id, b"\xff not json")
+    for path, status, said in (
+        ("/runs/no-such-run", 404, "There is no run"),
+        (f"/runs/{store.eval_id}/episodes/nope", 404, "has no episode"),
+        (f"/runs/{store.eval_id}/episodes?min_tokens=lots", 400, "not a whole number"),
+        (f"/runs/{store.eval_id}/episodes?page=99999999", 400, "too deep"),
+        (f"/compare?run={store.eval_id}", 400, "two runs or more"),
+        ("/?since=yesterday-ish", 400, "neither an age"),
+        ("/nothing/here", 404, "no page"),
+        (f"/runs/{store.eval_id}/episodes/{episode.episode_id}", 200, "damaged"),
+    ):
+        answer = server.get(path)
+        assert answer.status_code == status, (path, answer.text[:300])
+        assert said in answer.text, path
+        assert "Traceback" not in answer.text
+    assert server.post("/").status_code == 405
+
+
+def test_a_page_shows_names_from_producers_as_text(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "spool"
+    record_eval(spool_dir, name="<script>alert(1)</script>")
+    spool = open_spool(spool_dir)
+    with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
+        page = client.get("/").text
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+
+
+def test_on_loopback_it_answers_loopback_names_only(store: Store, server: httpx.Client) -> None:
+    assert server.get("/", headers={"Host": "attacker.example"}).status_code == 421
+    assert server.get("/", headers={"Host": "localhost"}).status_code == 200
+
+
+def test_with_a_token_every_request_needs_it(store: Store) -> None:
+    with ViewerServer(store.spool, port=0, token="s3cret") as running:
+        base = running.url.split("/?")[0]
+        assert running.url.endswith("/?token=s3cret")
+        with httpx.Client(base_url=base) as client:
+            assert client.get("/").status_code == 401
+            assert client.get("/", headers={"Authorization": "Bearer nope"}).status_code == 401
+            assert client.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+            entered = client.get(f"/runs/{store.eval_id}?token=s3cret")
+            assert entered.status_code == 303
+            assert entered.headers["location"] == f"/runs/{store.eval_id}"
+            assert client.get(f"/runs/{store.eval_id}").status_code == 200  # the cookie
+
+
+# -- a spool of an earlier release ----------------------------------------------------------
+
+
+def test_runs_stored_before_are_read_into_the_views(store: Store) -> None:
+    spool, run_id = store.spool, store.eval_id
+    before = run_data(spool, spool.run(run_id))  # type: ignore[arg-type]
+    histogram = spool.histogram(run_id, "reward")
+    db = sqlite3.connect(store.path / "spool.sqlite3")
+    with db:  # as an earlier release left it: no facts, no aggregates
+        db.execute("UPDATE episodes SET ok = NULL, reward = NULL WHERE run_id = ?", (run_id,))
+        for table in ("run_histograms", "run_errors", "run_series"):
+            db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        db.execute(
+            "UPDATE rollouts SET reward_sum = 0, rewarded = 0, failed = 0 WHERE run_id = ?",
+            (run_id,),
+        )
+    db.close()
+    assert spool.unread_count(run_id) == EVAL_EPISODES
+    assert spool.histogram(run_id, "reward") == []
+    progress: list[tuple[int, int]] = []
+    assert read_older_episodes(spool, run_id, lambda *done: progress.append(done)) == 120
+    assert progress[-1] == (EVAL_EPISODES, EVAL_EPISODES)
+    after = run_data(spool, spool.run(run_id))  # type: ignore[arg-type]
+    assert spool.histogram(run_id, "reward") == histogram
+    assert after.errors == before.errors
+    # The same sums, added in another grouping (a float may differ in its last digits).
+    assert after.series is not None and before.series is not None
+    assert (after.series.x, after.series.episodes) == (before.series.x, before.series.episodes)
+    for name, values in [("reward", before.series.reward), *before.series.metrics.items()]:
+        again = after.series.reward if name == "reward" else after.series.metrics[name]
+        assert all(
+            (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b))
+            for a, b in zip(values, again, strict=True)
+        ), name
+    assert after.unread == 0
+
+
+def test_an_older_spool_file_is_upgraded_in_place(store: Store) -> None:
+    store.spool.close()
+    db = sqlite3.connect(store.path / "spool.sqlite3")
+    with db:  # the columns and tables this release added, taken away
+        for index in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name "
+            "LIKE 'episodes_%' AND name != 'episodes_by_state' "
+            "AND name != 'episodes_by_upload'"
+        ).fetchall():
+            db.execute(f"DROP INDEX {index[0]}")
+        for column in FACT_COLUMNS:
+            db.execute(f"ALTER TABLE episodes DROP COLUMN {column}")
+        for column in ("reward_sum", "rewarded", "failed"):
+            db.execute(f"ALTER TABLE rollouts DROP COLUMN {column}")
+        for table in ("run_histograms", "run_errors", "run_series"):
+            db.execute(f"DROP TABLE {table}")
+    db.close()
+    spool = open_spool(store.path)
+    assert spool.unread_count(store.eval_id) == EVAL_EPISODES
+    read_older_episodes(spool, store.eval_id)
+    assert spool.error_groups(store.eval_id)[0].error_type == "ProviderTimeout"
+    assert spool.unread_count(store.eval_id) == 0
+    spool.close()
+
+
+# -- show --------------------------------------------------------------------------------
+
+
+def test_show_prints_the_kept_histogram_errors_and_figures(store: Store) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "prime_runs_otel.cli", "show", store.eval_id],
+        env={**_env(), "PRIME_RUNS_OTEL_DIR": str(store.path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rewards = _rewards(store.spool, store.eval_id)
+    assert f"histogram of {len(rewards)} episode(s)" in shown
+    bars = [line for line in shown.splitlines() if line.startswith("  ") and " - " in line]
+    assert sum(int(line.split()[-1]) for line in bars) == len(rewards)
+    errors = store.spool.error_groups(store.eval_id)
+    assert f"ProviderTimeout  {errors[0].count:>7}  e.g. {errors[0].example_id}" in shown
+    assert "tokens" in shown and "p99" in shown
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def test_counts_in_the_view_match_a_recount(store: Store) -> None:
+    """The per-example rewards kept on ``rollouts`` are the records' own."""
+    per_example: Counter[str] = Counter()
+    totals: dict[str, float] = {}
+    for episode in store.spool.iter_episodes(store.eval_id):
+        record = loads(episode.record)
+        key = json.dumps(record["traces"][0]["task"]["data"]["idx"])
+        reward = float(TraceScores.of(record["traces"][summary_trace_index(record)]).reward)
+        if record["traces"] and math.isfinite(reward):
+            per_example[key] += 1
+            totals[key] = totals.get(key, 0.0) + reward
+    pairs = store.spool.example_pairs(store.eval_id, store.eval_id)
+    assert len(pairs) == len(per_example)
+    for key, mean, same in pairs:
+        assert math.isclose(mean, totals[key] / per_example[key]) and mean == same
