@@ -266,3 +266,102 @@ def test_zero_code_names_a_backend_beside_the_platform(backend: _Backend) -> Non
     for span in backend.spans:
         assert not LEFT_OUT & set(span["attributes"])
     assert any(s["attributes"].get("gen_ai.operation.name") == "chat" for s in backend.spans)
+
+
+# -- otlp_without_records over gRPC, and the shutdown budget ---------------------------------
+
+
+class _GrpcBackend:
+    """An OTLP/gRPC trace receiver on loopback that keeps every span it gets."""
+
+    def __init__(self) -> None:
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceResponse,
+        )
+
+        self.spans: list[tuple[str, set[str]]] = []
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        handler = grpc.unary_unary_rpc_method_handler(
+            self._export,
+            request_deserializer=ExportTraceServiceRequest.FromString,
+            response_serializer=ExportTraceServiceResponse.SerializeToString,
+        )
+        self.server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": handler}
+                ),
+            )
+        )
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def _export(self, request: ExportTraceServiceRequest, context: Any) -> Any:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceResponse,
+        )
+
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.spans.append((span.name, {kv.key for kv in span.attributes}))
+        return ExportTraceServiceResponse()
+
+
+def test_otlp_without_records_speaks_grpc_when_the_protocol_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prime_runs_otel.tracing import OTLPTracingExporter
+
+    grpc_backend = _GrpcBackend()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{grpc_backend.port}")
+        exporter = OTLPTracingExporter()
+        with pro.start_run(name="grpc-beside", environments=["gsm8k"], mode="local") as run:
+            run.add_exporter(exporter)
+            for record in synthetic_episodes(3, seed=12):
+                run.record_episode(record)
+        names = [name for name, _ in grpc_backend.spans]
+        assert sum(name.startswith("episode") for name in names) == 3
+        assert "prime.run.end" in names
+        assert not any(keys & LEFT_OUT for _, keys in grpc_backend.spans)
+    finally:
+        grpc_backend.server.stop(grace=None)
+
+
+def test_otlp_without_records_refuses_a_protocol_it_does_not_speak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prime_runs_otel.errors import ConfigError
+    from prime_runs_otel.tracing import OTLPTracingExporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json'"):
+        OTLPTracingExporter()
+
+
+class _Budgeted(SpanExporter):
+    """An exporter whose shutdown takes the SDK's budget, and says what it got."""
+
+    def __init__(self) -> None:
+        self.budgets: list[float | None] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        self.budgets.append(timeout_millis)
+
+
+def test_shutdown_hands_the_sdk_budget_on() -> None:
+    from prime_runs_otel.tracing import TracingExporter
+
+    inner = _Budgeted()
+    processor = BatchSpanProcessor(TracingExporter(inner))
+    processor.shutdown()  # the SDK's batch processor passes what is left of its 30 s
+    (budget,) = inner.budgets
+    assert budget is not None and 0 < budget <= 30_000
