@@ -43,7 +43,8 @@ __all__ = [
     "span_views",
 ]
 
-#: Fields of a span (and of its links) that OTLP/JSON writes as hex.
+#: Fields of a span (and of its links, and of a log record) that OTLP/JSON
+#: writes as hex.
 _HEX_ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 
 
@@ -162,15 +163,17 @@ def _hex_ids_to_base64(document: dict[str, Any]) -> None:
     Only the places OTLP puts ids are touched; a shape that does not match is
     left for the protobuf parser to reject with its own message.
     """
-    for resource_spans in _objects(_field(document, "resourceSpans", "resource_spans")):
-        for scope_spans in _objects(_field(resource_spans, "scopeSpans", "scope_spans")):
-            for span in _objects(scope_spans.get("spans")):
-                _rewrite_ids(span)
-                for link in _objects(span.get("links")):
-                    _rewrite_ids(link)
+    for resource_spans in json_objects(json_field(document, "resourceSpans", "resource_spans")):
+        for scope_spans in json_objects(json_field(resource_spans, "scopeSpans", "scope_spans")):
+            for span in json_objects(scope_spans.get("spans")):
+                rewrite_hex_ids(span)
+                for link in json_objects(span.get("links")):
+                    rewrite_hex_ids(link)
 
 
-def _rewrite_ids(holder: dict[str, Any]) -> None:
+def rewrite_hex_ids(holder: dict[str, Any]) -> None:
+    """The hex trace and span ids of one OTLP/JSON object, as protobuf's
+    JSON mapping reads ``bytes``."""
     for key in _HEX_ID_FIELDS:
         value = holder.get(key)
         if isinstance(value, str):
@@ -188,10 +191,13 @@ def _hex_to_base64(key: str, value: str) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _field(holder: dict[str, Any], camel: str, snake: str) -> Any:
+def json_field(holder: dict[str, Any], camel: str, snake: str) -> Any:
+    """A field of an OTLP/JSON object, in either spelling."""
     return holder.get(camel, holder.get(snake))
 
 
-def _objects(value: Any) -> Iterator[dict[str, Any]]:
+def json_objects(value: Any) -> Iterator[dict[str, Any]]:
+    """The objects of an OTLP/JSON array (anything else in it is left for
+    the protobuf parser to refuse)."""
     if isinstance(value, list):
         yield from (item for item in value if isinstance(item, dict))
