@@ -404,6 +404,14 @@ class _BufferReport:
                 stats.evicted_spans,
                 self._trees.max_spans,
             )
+        if stats.late_events or stats.unclaimed_events:
+            logger.warning(
+                "Span events sent as log records: %d arrived after their episode was "
+                "synthesised, %d named a span that never came; their scores are not in any "
+                "record. Send them within the settle time of their episode's spans.",
+                stats.late_events,
+                stats.unclaimed_events,
+            )
 
 
 def _rejection_message(unattributed: int, corrupt: int, unreadable: int = 0) -> str:
