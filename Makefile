@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol
+.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol semconv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,19 @@ typecheck: $(TESTING)
 
 otelcol:
 	@sh collector-config/build-otelcol.sh
+
+# The prime.* conventions registry (semconv/): checked against semconv.py and
+# docs/semconv.md (also part of `make test`), and by OpenTelemetry Weaver
+# itself when `weaver` is on PATH (a release binary, or the otel/weaver image).
+semconv: $(TESTING)
+	$(BIN)/python -m pytest -q tests/test_semconv_registry.py
+	@if command -v weaver >/dev/null 2>&1; then \
+		weaver registry check -r semconv; \
+	else \
+		echo "weaver is not on PATH: the registry was checked without it." \
+			"Install a release from https://github.com/open-telemetry/weaver/releases" \
+			"to run 'weaver registry check -r semconv' too."; \
+	fi
 
 # The collector is built (or found in the cache) before the tests, and its
 # path exported: with OTELCOL_BIN set, a missing binary fails the collector

@@ -360,3 +360,25 @@ def test_build_script_without_go_says_what_to_do(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "Go is needed to build the collector" in done.stderr
     assert "OTELCOL_BIN" in done.stderr
+
+
+def test_the_metrics_guide_s_collector_config_loads(tmp_path: Path) -> None:
+    """docs/metrics.md's OTLP → collector → Prometheus config, as a reader
+    saves it, on this repository's collector distribution."""
+    guide = (CONFIG_DIR.parent / "docs" / "metrics.md").read_text()
+    [config] = [
+        block
+        for block in re.findall(r"```yaml\n(.*?)```", guide, re.S)
+        if "otlphttp/prometheus" in block
+    ]
+    assert "metrics" in yaml.safe_load(config)["service"]["pipelines"]
+    path = tmp_path / "metrics-prometheus.yaml"
+    path.write_text(config)
+    finished = subprocess.run(
+        [otelcol_bin(), "validate", f"--config={path}"],
+        env={**os.environ, "PROMETHEUS_OTLP_URL": "http://127.0.0.1:9090/api/v1/otlp"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert finished.returncode == 0, finished.stderr

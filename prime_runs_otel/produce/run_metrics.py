@@ -88,7 +88,9 @@ class RunMetrics:
             explicit_bucket_boundaries_advisory=_REWARD_BUCKETS,
         )
         self._step = meter.create_gauge(
-            sc.METRIC_STEP, unit="1", description="Numeric metrics of a training step, by name."
+            sc.METRIC_STEP,
+            unit="{value}",
+            description="Numeric metrics of a training step, by name.",
         )
 
     # -- episodes ------------------------------------------------------------------------
