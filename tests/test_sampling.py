@@ -11,6 +11,7 @@ recorded and what reached an in-memory exporter beside it.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -152,30 +153,40 @@ ZERO_CODE = textwrap.dedent(
 )
 
 
+def zero_code(script: Path, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``opentelemetry-instrument python script`` with spans to this package
+    (``OTEL_TRACES_EXPORTER`` unless ``env`` names others), a home and spool
+    of its own, no metrics or logs, and ``env`` on top."""
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    return subprocess.run(
+        [str(launcher), sys.executable, str(script)],
+        env={
+            "HOME": str(home),
+            "PATH": os.environ.get("PATH", ""),
+            "PRIME_RUNS_OTEL_DIR": str(home / "spool"),
+            "OTEL_TRACES_EXPORTER": "prime_runs",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_zero_code_warns_about_a_sampler_that_drops_episodes(tmp_path: Path) -> None:
     """Under opentelemetry-instrument the SDK's configurator builds the
     provider with the environment's sampler: the exporter says so at start,
     and each dropped episode is counted and said."""
     script = tmp_path / "rollouts.py"
     script.write_text(ZERO_CODE)
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": str(Path(sys.executable).parent),
-        "PRIME_RUNS_OTEL_DIR": str(tmp_path / "spool"),
-        "PRIME_RUNS_MODE": "local",
-        "OTEL_TRACES_EXPORTER": "prime_runs",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_TRACES_SAMPLER": "always_off",
-        "OTEL_RESOURCE_ATTRIBUTES": "prime.run.id=zero-code-sampled,prime.run.environments=gsm8k",
-    }
-    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
-    done = subprocess.run(
-        [str(launcher), sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = zero_code(
+        script,
+        tmp_path,
+        PRIME_RUNS_MODE="local",
+        OTEL_TRACES_SAMPLER="always_off",
+        OTEL_RESOURCE_ATTRIBUTES="prime.run.id=zero-code-sampled,prime.run.environments=gsm8k",
     )
     assert done.returncode == 0, done.stderr
     assert "OTEL_TRACES_SAMPLER=always_off may drop episode spans" in done.stderr

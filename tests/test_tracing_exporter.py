@@ -242,6 +242,8 @@ def test_zero_code_names_a_backend_beside_the_platform(backend: _Backend) -> Non
         **os.environ,
         "OTEL_TRACES_EXPORTER": "prime_runs,otlp_without_records",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": backend.endpoint,
+        # opentelemetry-distro makes it grpc unless told: the backend speaks HTTP.
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_METRICS_EXPORTER": "none",
         "OTEL_LOGS_EXPORTER": "none",
         "PRIME_RUNS_MODE": "local",
@@ -271,52 +273,14 @@ def test_zero_code_names_a_backend_beside_the_platform(backend: _Backend) -> Non
 # -- otlp_without_records over gRPC, and the shutdown budget ---------------------------------
 
 
-class _GrpcBackend:
-    """An OTLP/gRPC trace receiver on loopback that keeps every span it gets."""
-
-    def __init__(self) -> None:
-        from concurrent import futures
-
-        import grpc
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceResponse,
-        )
-
-        self.spans: list[tuple[str, set[str]]] = []
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        handler = grpc.unary_unary_rpc_method_handler(
-            self._export,
-            request_deserializer=ExportTraceServiceRequest.FromString,
-            response_serializer=ExportTraceServiceResponse.SerializeToString,
-        )
-        self.server.add_generic_rpc_handlers(
-            (
-                grpc.method_handlers_generic_handler(
-                    "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": handler}
-                ),
-            )
-        )
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-
-    def _export(self, request: ExportTraceServiceRequest, context: Any) -> Any:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceResponse,
-        )
-
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    self.spans.append((span.name, {kv.key for kv in span.attributes}))
-        return ExportTraceServiceResponse()
-
-
 def test_otlp_without_records_speaks_grpc_when_the_protocol_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from test_otelcol import OtlpSink
+
     from prime_runs_otel.tracing import OTLPTracingExporter
 
-    grpc_backend = _GrpcBackend()
+    grpc_backend = OtlpSink()
     try:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{grpc_backend.port}")
@@ -325,12 +289,18 @@ def test_otlp_without_records_speaks_grpc_when_the_protocol_says_so(
             run.add_exporter(exporter)
             for record in synthetic_episodes(3, seed=12):
                 run.record_episode(record)
-        names = [name for name, _ in grpc_backend.spans]
+        names = [span.name for request in grpc_backend.requests for span in _spans_of(request)]
         assert sum(name.startswith("episode") for name in names) == 3
         assert "prime.run.end" in names
-        assert not any(keys & LEFT_OUT for _, keys in grpc_backend.spans)
+        assert not any(set(attributes) & LEFT_OUT for _, attributes in grpc_backend.spans())
     finally:
-        grpc_backend.server.stop(grace=None)
+        grpc_backend.stop()
+
+
+def _spans_of(request: ExportTraceServiceRequest) -> Iterator[Any]:
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            yield from scope_spans.spans
 
 
 def test_otlp_without_records_refuses_a_protocol_it_does_not_speak(

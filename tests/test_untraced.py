@@ -11,9 +11,6 @@ test's own is traced), then that the package's calls were not.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_sampling import zero_code
 
 import prime_runs_otel as pro
 from prime_runs_otel.cli import main
@@ -103,23 +101,12 @@ def test_a_zero_code_run_files_none_of_its_own_traffic(
     instrumentation installed, spans to the platform and to the console."""
     script = tmp_path / "eval.py"
     script.write_text(f"CONTROL_URL = {platform.url + '/api/v1/control'!r}\n" + ZERO_CODE)
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": os.environ.get("PATH", ""),
-        "PRIME_RUNS_OTEL_DIR": str(tmp_path / "spool"),
+    done = zero_code(
+        script,
+        tmp_path,
         **platform.client_env(),
-        "OTEL_TRACES_EXPORTER": "prime_runs,console",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_RESOURCE_ATTRIBUTES": "prime.run.id=zero-code-untraced,prime.run.environments=gsm8k",
-    }
-    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
-    done = subprocess.run(
-        [str(launcher), sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        OTEL_TRACES_EXPORTER="prime_runs,console",
+        OTEL_RESOURCE_ATTRIBUTES="prime.run.id=zero-code-untraced,prime.run.environments=gsm8k",
     )
     assert done.returncode == 0, done.stderr
     [platform_run] = platform.runs()

@@ -94,6 +94,12 @@ class OtlpGrpcService:
     def respond(self, verdict: Verdict) -> Any:
         return export_response(verdict)
 
+    def decode(self, body: bytes) -> Any:
+        return decode_protobuf(body)
+
+    def take(self, request: Any) -> Verdict:
+        return self._receiver.intake.accept(request)
+
     def export(self, body: bytes, context: grpc.ServicerContext) -> Any:
         token = self._receiver.config.token
         metadata = dict(context.invocation_metadata())
@@ -122,10 +128,10 @@ class OtlpGrpcService:
     def _accept(self, body: bytes) -> Verdict:
         with self._receiver.memory.reserve(len(body)):
             try:
-                request = decode_protobuf(body)
+                request = self.decode(body)
             except OtlpDecodeError as exc:
                 return Verdict("invalid", str(exc))
-            return self._receiver.intake.accept(request)
+            return self.take(request)
 
 
 class OtlpGrpcLogsService(OtlpGrpcService):
@@ -138,13 +144,11 @@ class OtlpGrpcLogsService(OtlpGrpcService):
     def respond(self, verdict: Verdict) -> Any:
         return logs_response(verdict)
 
-    def _accept(self, body: bytes) -> Verdict:
-        with self._receiver.memory.reserve(len(body)):
-            try:
-                request = decode_logs_protobuf(body)
-            except OtlpDecodeError as exc:
-                return Verdict("invalid", str(exc))
-            return self._receiver.logs.accept(request)
+    def decode(self, body: bytes) -> Any:
+        return decode_logs_protobuf(body)
+
+    def take(self, request: Any) -> Verdict:
+        return self._receiver.logs.accept(request)
 
 
 def grpc_server(

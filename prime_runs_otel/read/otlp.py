@@ -21,11 +21,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -39,6 +39,8 @@ __all__ = [
     "attributes_of",
     "decode_json",
     "decode_protobuf",
+    "parse_json",
+    "parse_protobuf",
     "span_count",
     "span_views",
 ]
@@ -54,35 +56,55 @@ class OtlpDecodeError(PrimeRunsOtelError):
 
 def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
     """Parse a binary ``ExportTraceServiceRequest``."""
-    request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except (DecodeError, RecursionError, ValueError) as exc:
-        raise OtlpDecodeError(
-            f"the body is not a valid OTLP protobuf ExportTraceServiceRequest ({exc}); "
-            "send application/x-protobuf bodies encoded by an OTLP exporter"
-        ) from None
-    return request
+    return parse_protobuf(body, ExportTraceServiceRequest())
 
 
 def decode_json(body: bytes) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, unknown
     fields ignored as the OTLP specification asks of receivers)."""
+    return parse_json(body, ExportTraceServiceRequest(), "resourceSpans", _hex_ids_to_base64)
+
+
+_Request = TypeVar("_Request", bound=Message)
+
+
+def parse_protobuf(body: bytes, request: _Request) -> _Request:
+    """``request`` (an empty OTLP export request) parsed from ``body``."""
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        name = request.DESCRIPTOR.name
+        raise OtlpDecodeError(
+            f"the body is not a valid OTLP protobuf {name} ({exc}); "
+            "send application/x-protobuf bodies encoded by an OTLP exporter"
+        ) from None
+    return request
+
+
+def parse_json(
+    body: bytes,
+    request: _Request,
+    top: str,
+    hex_ids_to_base64: Callable[[dict[str, Any]], None],
+) -> _Request:
+    """``request`` parsed from OTLP/JSON ``body`` (a JSON object with a
+    ``top`` array), its hex ids rewritten first by ``hex_ids_to_base64``."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as exc:
         raise OtlpDecodeError(f"the body is not valid JSON ({exc})") from None
     if not isinstance(document, dict):
         raise OtlpDecodeError(
-            "an OTLP/JSON body is a JSON object with a 'resourceSpans' array, "
+            f"an OTLP/JSON body is a JSON object with a '{top}' array, "
             f"not a {type(document).__name__}"
         )
-    _hex_ids_to_base64(document)
-    request = ExportTraceServiceRequest()
+    hex_ids_to_base64(document)
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
-        raise OtlpDecodeError(f"the body is not a valid OTLP/JSON trace request: {exc}") from None
+        raise OtlpDecodeError(
+            f"the body is not a valid OTLP/JSON {request.DESCRIPTOR.name}: {exc}"
+        ) from None
     return request
 
 

@@ -9,25 +9,30 @@ trace and span it names, and the event as a span event would hold it.
 
 Only the events synthesis reads are kept; a log record without a span
 context, or one that is not such an event, is no concern of a run's and is
-passed over (counted, not refused). Decoding follows :mod:`.otlp`: protobuf
-or OTLP/JSON with hex ids, and every malformed body an
+passed over, not refused. Decoding is :mod:`.otlp`'s: protobuf or OTLP/JSON
+with hex ids, and every malformed body an
 :class:`~prime_runs_otel.read.otlp.OtlpDecodeError` with a message fit for
 the client.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from .. import semconv as sc
-from .otlp import OtlpDecodeError, attributes_of, json_field, json_objects, rewrite_hex_ids
+from .otlp import (
+    attributes_of,
+    json_field,
+    json_objects,
+    parse_json,
+    parse_protobuf,
+    rewrite_hex_ids,
+)
 from .spans import SpanEventView
 
 __all__ = [
@@ -56,39 +61,20 @@ class SpanEvent:
 
 def decode_logs_protobuf(body: bytes) -> ExportLogsServiceRequest:
     """Parse a binary ``ExportLogsServiceRequest``."""
-    request = ExportLogsServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except (DecodeError, RecursionError, ValueError) as exc:
-        raise OtlpDecodeError(
-            f"the body is not a valid OTLP protobuf ExportLogsServiceRequest ({exc}); "
-            "send application/x-protobuf bodies encoded by an OTLP exporter"
-        ) from None
-    return request
+    return parse_protobuf(body, ExportLogsServiceRequest())
 
 
 def decode_logs_json(body: bytes) -> ExportLogsServiceRequest:
     """Parse an OTLP/JSON ``ExportLogsServiceRequest`` (hex ids, unknown
     fields ignored as the OTLP specification asks of receivers)."""
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise OtlpDecodeError(f"the body is not valid JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise OtlpDecodeError(
-            "an OTLP/JSON logs body is a JSON object with a 'resourceLogs' array, "
-            f"not a {type(document).__name__}"
-        )
+    return parse_json(body, ExportLogsServiceRequest(), "resourceLogs", _hex_ids_to_base64)
+
+
+def _hex_ids_to_base64(document: dict[str, Any]) -> None:
     for resource_logs in json_objects(json_field(document, "resourceLogs", "resource_logs")):
         for scope_logs in json_objects(json_field(resource_logs, "scopeLogs", "scope_logs")):
             for record in json_objects(json_field(scope_logs, "logRecords", "log_records")):
                 rewrite_hex_ids(record)
-    request = ExportLogsServiceRequest()
-    try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
-        raise OtlpDecodeError(f"the body is not a valid OTLP/JSON logs request: {exc}") from None
-    return request
 
 
 def log_record_count(request: ExportLogsServiceRequest) -> int:
