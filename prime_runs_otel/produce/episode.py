@@ -104,8 +104,11 @@ def record_episode(
         dropped_episodes.note(span.get_span_context(), record["id"])
         return str(record["id"])
     try:
-        here = trace_api.set_span_in_context(span)
-        if child_spans:
+        signalled = signals.events is not None or signals.metrics is not None
+        # The episode span as a parent (and a context for events and metrics),
+        # built only when something needs it: most episodes have neither.
+        here = trace_api.set_span_in_context(span) if child_spans or signalled else None
+        if here is not None and child_spans:
             for item, trace_window in zip(traces, trace_windows, strict=True):
                 trace = as_mapping(item)
                 trace_span = fill_window(trace_window, window)
@@ -121,7 +124,7 @@ def record_episode(
             # Again, after whatever other processors added at the span's start:
             # an attribute count limit evicts the oldest first.
             span.set_attribute(sc.EPISODE_ID, record["id"])
-        if signals.events is not None or signals.metrics is not None:
+        if here is not None and signalled:
             _emit_signals(signals, record, traces, here, window[1])
         if hand_over is None:
             set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
