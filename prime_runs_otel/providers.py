@@ -1,4 +1,4 @@
-"""The MeterProvider and LoggerProvider a run opens beside its TracerProvider,
+"""The MeterProvider and LoggerProvider a run uses beside its TracerProvider,
 as ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` say.
 
 The names are the SDK's (``otlp``, which follows
@@ -6,8 +6,14 @@ The names are the SDK's (``otlp``, which follows
 installed exporter's entry point), read as the SDK's configurator reads them,
 with one difference: unset means none. The SDK defaults to ``otlp`` there,
 but a run that nobody asked to report metrics or events must not start
-sending them to a collector that is not there. Each provider carries the
-run's Resource, like the run's spans.
+sending them to a collector that is not there.
+
+When they name exporters and the process already has an SDK provider of
+that signal (``opentelemetry-instrument``: the SDK's configurator built it
+from the same variables), the run reports through it, as any
+instrumentation does, rather than open a second pipeline to the same place;
+the process flushes it at exit. Otherwise the run opens its own, with the
+run's Resource, and shuts it down when the run finishes.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import os
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
+from opentelemetry import metrics
+from opentelemetry._logs import get_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -28,11 +36,42 @@ from opentelemetry.sdk.resources import Resource
 
 from .errors import ConfigError
 
-__all__ = ["logger_provider_from_env", "meter_provider_from_env"]
+__all__ = [
+    "logger_provider_from_env",
+    "meter_provider_from_env",
+    "run_logger_provider",
+    "run_meter_provider",
+]
 
 Signal = Literal["metrics", "logs"]
 _VARIABLE = {"metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
 _GROUP = {"metrics": "opentelemetry_metrics_exporter", "logs": "opentelemetry_logs_exporter"}
+
+
+#: A provider, and whether the run opened it (and so shuts it down).
+Opened = tuple[Any, bool]
+
+
+def run_meter_provider(resource: Resource) -> Opened:
+    """The run's MeterProvider: ``None`` when ``OTEL_METRICS_EXPORTER``
+    names nothing, the process's SDK MeterProvider when it has one, else a
+    new one (opened)."""
+    if not _names("metrics"):
+        return None, False
+    current = metrics.get_meter_provider()
+    if isinstance(current, MeterProvider):
+        return current, False
+    return meter_provider_from_env(resource), True
+
+
+def run_logger_provider(resource: Resource) -> Opened:
+    """The run's LoggerProvider, as :func:`run_meter_provider` chooses."""
+    if not _names("logs"):
+        return None, False
+    current = get_logger_provider()
+    if isinstance(current, LoggerProvider):
+        return current, False
+    return logger_provider_from_env(resource), True
 
 
 def meter_provider_from_env(resource: Resource) -> MeterProvider | None:
@@ -70,18 +109,22 @@ def logger_provider_from_env(resource: Resource) -> LoggerProvider | None:
     return provider
 
 
+def _names(signal: Signal) -> list[str]:
+    """The exporter names the signal's variable gives (none when unset or ``none``)."""
+    raw = os.environ.get(_VARIABLE[signal], "").strip()
+    if not raw or raw.lower() == "none":
+        return []
+    return [name for name in (part.strip() for part in raw.split(",")) if name]
+
+
 def _exporters(signal: Signal) -> list[Any]:
-    """The exporter classes the signal's variable names (none when unset or ``none``)."""
+    """The exporter classes the signal's variable names."""
     from opentelemetry.sdk._configuration import _get_exporter_entry_point
 
     variable = _VARIABLE[signal]
-    raw = os.environ.get(variable, "").strip()
-    if not raw or raw.lower() == "none":
-        return []
+    raw = os.environ.get(variable, "")
     classes = []
-    for name in (part.strip() for part in raw.split(",")):
-        if not name:
-            continue
+    for name in _names(signal):
         try:
             resolved = str(_get_exporter_entry_point(name, signal))
         except RuntimeError as exc:  # an OTLP protocol the SDK does not know

@@ -39,7 +39,7 @@ from .produce.resource import run_resource
 from .produce.run_config import normalize_config
 from .produce.run_spans import emit_metrics, emit_run_end, emit_run_start
 from .produce.signals import NO_SIGNALS, Signals
-from .providers import logger_provider_from_env, meter_provider_from_env
+from .providers import run_logger_provider, run_meter_provider
 from .read.checks import read_record
 from .read.projection import parquet_available
 from .sampling import keep_every_span, without_sdk
@@ -123,13 +123,16 @@ def _child_spans_setting(argument: bool | None) -> bool | None:
 
 @dataclass
 class RunProviders:
-    """The run's MeterProvider and LoggerProvider, and which of them the run
-    opened itself: those it shuts down when it finishes; a provider the
-    caller gave stays the caller's, and is only flushed."""
+    """The run's MeterProvider and LoggerProvider, and what finishing the run
+    does to each: a provider the run opened is shut down (its last metrics
+    and events go out); one the caller gave is flushed and stays the
+    caller's; the process's own (``opentelemetry-instrument``'s) is left to
+    the process, which flushes it at exit."""
 
     meter: MeterProvider | None = None
     logger: LoggerProvider | None = None
     opened: tuple[object, ...] = ()
+    given: tuple[object, ...] = ()
 
     @classmethod
     def open(
@@ -143,25 +146,28 @@ class RunProviders:
         if disabled:
             return cls()
         opened: list[object] = []
+        given = [provider for provider in (meter, logger) if provider is not None]
         if meter is None:
-            meter = meter_provider_from_env(resource)
-            opened.append(meter)
+            meter, made = run_meter_provider(resource)
+            if made:
+                opened.append(meter)
         if logger is None:
-            logger = logger_provider_from_env(resource)
-            opened.append(logger)
-        return cls(meter, logger, tuple(item for item in opened if item is not None))
+            logger, made = run_logger_provider(resource)
+            if made:
+                opened.append(logger)
+        return cls(meter, logger, tuple(opened), tuple(given))
 
     def signals(self) -> Signals:
         return Signals.of(logger_provider=self.logger, meter_provider=self.meter)
 
     def close(self) -> None:
-        """Flush what the providers hold (the last metrics, the last events);
-        shut down those the run opened itself. API-only providers have
-        neither, and are left alone."""
         for provider in (self.meter, self.logger):
-            if provider is None:
+            if any(provider is own for own in self.opened):
+                step = "shutdown"
+            elif any(provider is theirs for theirs in self.given):
+                step = "force_flush"
+            else:
                 continue
-            step = "shutdown" if any(provider is own for own in self.opened) else "force_flush"
             method = getattr(provider, step, None)
             if callable(method):
                 method()

@@ -11,9 +11,13 @@ over OTLP/HTTP to a receiver on loopback.
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -253,3 +257,61 @@ def test_otel_metrics_and_logs_exporter_send_them_over_otlp(
         for record in scope_logs.log_records
     ]
     assert events and set(events) == {sc.GEN_AI_EVALUATION_EVENT}
+
+
+PROCESS_PROVIDERS = """
+from opentelemetry import _logs, metrics
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import prime_runs_otel as pro
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+
+# What opentelemetry-instrument's configurator does: the process's providers.
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+logs = InMemoryLogRecordExporter()
+logger_provider = LoggerProvider()
+logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+_logs.set_logger_provider(logger_provider)
+
+with pro.start_run(name="borrowed", environments=["gsm8k"]) as run:
+    assert run.meter_provider is metrics.get_meter_provider()
+    assert run.logger_provider is _logs.get_logger_provider()
+    for record in synthetic_episodes(3, seed=1):
+        run.record_episode(record)
+data = reader.get_metrics_data()
+names = {m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics}
+assert "prime.run.episode.reward" in names, names
+assert logs.get_finished_logs()
+print("reported through the process's providers")
+"""
+
+
+def test_a_process_with_sdk_providers_gets_the_run_s_signals_through_them(
+    tmp_path: Path,
+) -> None:
+    """Under opentelemetry-instrument the process has SDK providers built from
+    the same variables: the run reports through them instead of opening a
+    second pipeline to the same (here unreachable) endpoint."""
+    script = tmp_path / "borrowed.py"
+    script.write_text(PROCESS_PROVIDERS)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env={
+            **os.environ,
+            "PRIME_RUNS_MODE": "local",
+            "PRIME_RUNS_OTEL_DIR": str(tmp_path / "spool"),
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "reported through the process's providers" in done.stdout
+    assert "Failed to export" not in done.stderr
