@@ -16,7 +16,7 @@ TESTING := $(VENV)/.installed-test
 # the tests start many Python processes that import the same packages.
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
 
-.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium
+.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium semconv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,19 @@ typecheck: $(TESTING)
 otelcol:
 	@sh collector-config/build-otelcol.sh
 
+# The prime.* conventions registry (semconv/): checked against semconv.py and
+# docs/semconv.md (also part of `make test`), and by OpenTelemetry Weaver
+# itself when `weaver` is on PATH (a release binary, or the otel/weaver image).
+semconv: $(TESTING)
+	$(BIN)/python -m pytest -q tests/test_semconv_registry.py
+	@if command -v weaver >/dev/null 2>&1; then \
+		weaver registry check -r semconv; \
+	else \
+		echo "weaver is not on PATH: the registry was checked without it." \
+			"Install a release from https://github.com/open-telemetry/weaver/releases" \
+			"to run 'weaver registry check -r semconv' too."; \
+	fi
+
 # The viewer's browser tests drive Debian's Chromium (through Playwright,
 # which never downloads a browser of its own); installed here where missing,
 # with apt-get as root (or through sudo), and nothing done when it is there.
@@ -59,10 +72,11 @@ chromium:
 	fi
 
 # Every check, timed (tests/check_all.py): the collector builds in the
-# background from the start, the tests run in parallel workers, and where the
-# time went is printed at the end. Chromium (for the viewer's browser tests)
-# is installed beside the install, lint and typecheck, where missing. A missing collector fails its tests, it
-# never skips them. TEST_WORKERS=N sets the workers; PYTEST_ARGS goes to pytest.
+# background from the start, Chromium (for the viewer's browser tests) is
+# installed where missing beside the install, lint and typecheck, the tests run
+# in parallel workers, and where the time went is printed at the end. A missing
+# collector or browser fails its tests, it never skips them. TEST_WORKERS=N sets
+# the workers; PYTEST_ARGS goes to pytest.
 test:
 	@MAKE="$(MAKE)" $(PYTHON) tests/check_all.py $(PYTEST_ARGS)
 

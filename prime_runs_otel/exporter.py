@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import sys
 import threading
@@ -28,6 +29,7 @@ from opentelemetry.trace import SpanContext
 
 from . import semconv
 from ._courtesy import ExportRunning
+from ._untraced import untraced
 from .config import Settings, cut_resource_attributes, env_flag, resolve_settings
 from .deliver.spool import RunRow, Spool, process_alive, this_producer
 from .deliver.uploader import Uploader
@@ -37,6 +39,7 @@ from .read.ingest import Grouped, group_by_run
 from .read.records import RunIdentity
 from .read.span_tree import SpanTreeBuffer
 from .read.spans import from_readable_span
+from .sampling import dropped_episodes, sampler_that_may_drop, without_sdk
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,12 @@ class PrimeRunsSpanExporter(SpanExporter):
     is for instrumented code without episode spans: each root trace that holds
     model calls becomes an episode. Without it such model calls are no
     episode, and a warning says so.
+
+    ``OTEL_SDK_DISABLED=true`` disables it, as ``PRIME_RUNS_MODE=disabled``
+    does. Built for a provider this package does not own (zero-code, where
+    the SDK's configurator builds it), it warns when ``OTEL_TRACES_SAMPLER``
+    may drop episode spans before they get here: ``start_run``'s provider
+    keeps them, and passes ``warn_about_sampler=False``.
     """
 
     def __init__(
@@ -75,11 +84,20 @@ class PrimeRunsSpanExporter(SpanExporter):
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         ends_runs: bool = True,
         root_traces_as_episodes: bool | None = None,
+        warn_about_sampler: bool = True,
         **overrides: Any,
     ) -> None:
-        self.settings = settings or resolve_settings(**overrides)
+        self.settings = without_sdk(settings or resolve_settings(**overrides))
         for message in cut_resource_attributes():
             logger.warning(message)
+        sampler = sampler_that_may_drop() if warn_about_sampler else None
+        if sampler and self.settings.mode != "disabled":
+            logger.warning(
+                "OTEL_TRACES_SAMPLER=%s may drop episode spans before they reach prime-runs-otel, "
+                "and a dropped episode is not reported. Use parentbased_always_on (or unset it); "
+                "each episode dropped is counted and said.",
+                sampler,
+            )
         self._shutdown_timeout = shutdown_timeout
         self._ends_runs = ends_runs
         if root_traces_as_episodes is None:
@@ -256,10 +274,16 @@ class PrimeRunsSpanExporter(SpanExporter):
         deadline = time.monotonic() + timeout_millis / 1000.0
         with self._seen_lock:
             seen = list(self._seen)
-        return all(self.wait_delivered(local_id, deadline - time.monotonic()) for local_id in seen)
+        with untraced():
+            return all(
+                self.wait_delivered(local_id, deadline - time.monotonic()) for local_id in seen
+            )
 
-    def shutdown(self) -> None:
-        """Bounded: waits up to ``shutdown_timeout`` for delivery, then stops.
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        """Bounded: waits up to ``shutdown_timeout`` for delivery, or less when
+        the SDK gives less (its batch processor passes what is left of its
+        own budget as ``timeout_millis``), then stops. Whatever is not
+        delivered by then stays in the spool for the next process.
 
         A run this process fed that never got its end span, and that no other
         live process is feeding, is recorded as crashed here.
@@ -267,6 +291,9 @@ class PrimeRunsSpanExporter(SpanExporter):
         if self._is_shutdown:
             return
         self._is_shutdown = True
+        now = time.monotonic()
+        hard = now + (math.inf if timeout_millis is None else max(0.0, timeout_millis / 1000.0))
+        deadline = min(now + self._shutdown_timeout, hard)
         if self._handed:
             logger.warning(
                 "%d episode(s) handed over in this process never had their span exported (the "
@@ -274,10 +301,24 @@ class PrimeRunsSpanExporter(SpanExporter):
                 len(self._handed),
             )
             self._handed.clear()
+        if dropped_episodes.count:
+            logger.warning(
+                "%d episode span(s) were dropped by the tracer's sampler in this process and "
+                "never reached prime-runs-otel: those episodes are not in their runs.",
+                dropped_episodes.count,
+            )
         if self._spool is None or os.getpid() != self._owner_pid:
             # A forked child: its episodes are committed, and delivering and
             # closing the runs is the parent's business.
             return
+        with untraced():
+            self._shut_down_delivery(deadline, hard)
+
+    #: How long the uploader gets to finish the step it is in once the wait
+    #: for delivery is over, within the SDK's budget.
+    STOP_GRACE = 5.0
+
+    def _shut_down_delivery(self, deadline: float, hard: float) -> None:
         with self._trees_lock:
             # Episodes still waiting for spans go out with what arrived.
             self._commit(
@@ -286,13 +327,14 @@ class PrimeRunsSpanExporter(SpanExporter):
             )
             self._report_unclaimed(final=True)
         self._end_abandoned_runs()
-        deadline = time.monotonic() + self._shutdown_timeout
         with self._seen_lock:
             seen = list(self._seen)
         if self._uploader is not None and self._uploader.running:
             for local_id in seen:
                 self._wait_for_run(local_id, deadline - time.monotonic())
-            self._uploader.stop(timeout=max(0.0, deadline - time.monotonic()) + 5.0)
+            now = time.monotonic()
+            grace = max(0.0, deadline - now) + self.STOP_GRACE
+            self._uploader.stop(timeout=max(0.0, min(grace, hard - now)))
         self._report_leftovers(seen)
         self._summarise_fallback_run()
 

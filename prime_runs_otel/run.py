@@ -20,10 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry._logs import LoggerProvider
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import SpanContext, Tracer
 
+from . import __version__
+from . import semconv as sc
 from .config import Settings, env_flag, resolve_settings
 from .deliver.advice import next_step
 from .errors import ConfigError, PrimeRunsOtelError
@@ -33,8 +38,11 @@ from .produce.handoff import Handoff
 from .produce.resource import run_resource
 from .produce.run_config import normalize_config
 from .produce.run_spans import emit_metrics, emit_run_end, emit_run_start
+from .produce.signals import NO_SIGNALS, Signals
+from .providers import run_logger_provider, run_meter_provider
 from .read.checks import read_record
 from .read.projection import parquet_available
+from .sampling import keep_every_span, without_sdk
 from .tracing import TracingExporter
 
 logger = logging.getLogger(__name__)
@@ -65,7 +73,13 @@ CHILD_SPANS_ENV = "PRIME_RUNS_OTEL_CHILD_SPANS"
 
 
 class RunTracerProvider(TracerProvider):
-    """The run's TracerProvider, which knows whether anyone but the run reads its spans.
+    """The run's TracerProvider: it never lets a sampler drop the run's own
+    spans, and knows whether anyone but the run reads them.
+
+    The environment's sampler (``OTEL_TRACES_SAMPLER``) stays the provider's,
+    for every tracer but the run's own (``prime_runs_otel``), whose spans are
+    always sampled: an episode a sampler dropped would never reach the
+    platform, and the run would close without it.
 
     The platform needs only the episode span (it carries the whole record);
     the agent and model-call spans under it exist for tracing backends, and
@@ -82,10 +96,81 @@ class RunTracerProvider(TracerProvider):
         super().add_span_processor(span_processor)
         self.processors_added += 1
 
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Any = None,
+    ) -> Tracer:
+        tracer = super().get_tracer(
+            instrumenting_module_name, instrumenting_library_version, schema_url, attributes
+        )
+        if instrumenting_module_name == sc.INSTRUMENTATION_SCOPE:
+            keep_every_span(tracer)
+        return tracer
+
+
+def run_tracer(provider: TracerProvider) -> Tracer:
+    """The run's own tracer: this package's scope, version and schema URL."""
+    return provider.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__, schema_url=sc.SCHEMA_URL)
+
 
 def _child_spans_setting(argument: bool | None) -> bool | None:
     """``start_run``'s argument, else ``PRIME_RUNS_OTEL_CHILD_SPANS``, else None (follow)."""
     return argument if argument is not None else env_flag(CHILD_SPANS_ENV)
+
+
+@dataclass
+class RunProviders:
+    """The run's MeterProvider and LoggerProvider, and what finishing the run
+    does to each: a provider the run opened is shut down (its last metrics
+    and events go out); one the caller gave is flushed and stays the
+    caller's; the process's own (``opentelemetry-instrument``'s) is left to
+    the process, which flushes it at exit."""
+
+    meter: MeterProvider | None = None
+    logger: LoggerProvider | None = None
+    opened: tuple[object, ...] = ()
+    given: tuple[object, ...] = ()
+
+    @classmethod
+    def open(
+        cls,
+        resource: Resource,
+        meter: MeterProvider | None,
+        logger: LoggerProvider | None,
+        *,
+        disabled: bool,
+    ) -> RunProviders:
+        if disabled:
+            return cls()
+        opened: list[object] = []
+        given = [provider for provider in (meter, logger) if provider is not None]
+        if meter is None:
+            meter, made = run_meter_provider(resource)
+            if made:
+                opened.append(meter)
+        if logger is None:
+            logger, made = run_logger_provider(resource)
+            if made:
+                opened.append(logger)
+        return cls(meter, logger, tuple(opened), tuple(given))
+
+    def signals(self) -> Signals:
+        return Signals.of(logger_provider=self.logger, meter_provider=self.meter)
+
+    def close(self) -> None:
+        for provider in (self.meter, self.logger):
+            if any(provider is own for own in self.opened):
+                step = "shutdown"
+            elif any(provider is theirs for theirs in self.given):
+                step = "force_flush"
+            else:
+                continue
+            method = getattr(provider, step, None)
+            if callable(method):
+                method()
 
 
 class QueueGauge:
@@ -266,14 +351,20 @@ class Run:
         kind: str = "eval",
         owns_run: bool = True,
         child_spans: bool | None = None,
+        signals: Signals = NO_SIGNALS,
+        providers: RunProviders | None = None,
     ) -> None:
         self.id = local_id
+        self._signals = signals
+        self._providers = providers or RunProviders()
+        #: The run-start span's context, which the run's other spans link to.
+        self.start_link: SpanContext | None = None
         self._child_spans = child_spans
         self.kind = kind
         self._queue = queue
         self._provider = provider
         self._exporter = exporter
-        self._tracer = provider.get_tracer("prime_runs_otel")
+        self._tracer = run_tracer(provider)
         self._finish_timeout = finish_timeout
         self._capture_content = capture_content
         self._recorded = 0
@@ -302,6 +393,18 @@ class Run:
         """The run's provider, for instrumentations that take one (their
         spans then carry the run's Resource)."""
         return self._provider
+
+    @property
+    def meter_provider(self) -> MeterProvider | None:
+        """The run's MeterProvider (``OTEL_METRICS_EXPORTER``, or the one
+        given to ``start_run``), ``None`` when the run reports no metrics."""
+        return self._providers.meter
+
+    @property
+    def logger_provider(self) -> LoggerProvider | None:
+        """The run's LoggerProvider (``OTEL_LOGS_EXPORTER``, or the one given
+        to ``start_run``), ``None`` when the run emits no events."""
+        return self._providers.logger
 
     def add_exporter(self, exporter: SpanExporter, **limits: int) -> BatchSpanProcessor:
         """Send the run's spans to a tracing backend as well (Jaeger, Tempo,
@@ -383,6 +486,8 @@ class Run:
                 child_spans=child_spans,
                 summary_attributes=child_spans,
                 hand_over=self._hand_over if self._exporter_alone else None,
+                link=self.start_link,
+                signals=self._signals,
             )
         finally:
             otel_context.detach(token)
@@ -444,7 +549,9 @@ class Run:
                     self.id,
                 )
             return None
-        return emit_metrics(self._tracer, values, step=step)
+        return emit_metrics(
+            self._tracer, values, step=step, link=self.start_link, metrics=self._signals.metrics
+        )
 
     def finish(
         self,
@@ -481,8 +588,10 @@ class Run:
                 episodes_recorded=emitted,
                 episodes_unencodable=self._unencodable,
                 summary=summary,
+                link=self.start_link,
             )
         self._provider.force_flush()
+        self._providers.close()
         # A forked child only flushes what it recorded: the run goes on in the
         # parent, so it is reported as running, and not as a problem.
         result = self._result(status if self._owns_lifecycle else "running", budget)
@@ -617,6 +726,8 @@ def start_run(
     wandb_run_name: str | None = None,
     owns_run: bool = True,
     child_spans: bool | None = None,
+    meter_provider: MeterProvider | None = None,
+    logger_provider: LoggerProvider | None = None,
 ) -> Run:
     """Open a run: a Resource naming it, a TracerProvider with a
     BatchSpanProcessor and :class:`PrimeRunsSpanExporter`, and the run-start
@@ -639,17 +750,29 @@ def start_run(
     episode span on or off (``PRIME_RUNS_OTEL_CHILD_SPANS``); by default they
     are emitted once a span processor is added to ``run.tracer_provider``,
     since the platform reads only the episode span.
+
+    ``meter_provider`` and ``logger_provider`` receive the run's metrics
+    (step metrics, rewards, the GenAI client histograms) and GenAI events
+    (``gen_ai.evaluation.result``, and the inference details when content
+    capture asks for events). Without them the run opens its own, with its
+    Resource, as ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` say,
+    and none when those are unset. The run's own spans are never sampled
+    away, whatever ``OTEL_TRACES_SAMPLER`` says; ``OTEL_SDK_DISABLED=true``
+    means what ``PRIME_RUNS_MODE=disabled`` means.
     """
     if kind not in ("eval", "train"):
         raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
     metadata = normalize_config(config, config_file=config_file)
-    settings = settings or resolve_settings(
-        api_key=api_key,
-        base_url=base_url,
-        team_id=team_id,
-        mode=mode,
-        spool_dir=spool_dir,
-        finish_timeout=finish_timeout,
+    settings = without_sdk(
+        settings
+        or resolve_settings(
+            api_key=api_key,
+            base_url=base_url,
+            team_id=team_id,
+            mode=mode,
+            spool_dir=spool_dir,
+            finish_timeout=finish_timeout,
+        )
     )
     if kind == "train":
         _check_training_run(settings, model=model, team_id=team_id, attach=attach)
@@ -672,12 +795,17 @@ def start_run(
         wandb_entity=wandb_entity,
         wandb_run_name=wandb_run_name,
     )
-    exporter = PrimeRunsSpanExporter(settings=settings, shutdown_timeout=0.0, ends_runs=owns_run)
+    exporter = PrimeRunsSpanExporter(
+        settings=settings, shutdown_timeout=0.0, ends_runs=owns_run, warn_about_sampler=False
+    )
     child_spans = _child_spans_setting(child_spans)
     provider = RunTracerProvider(resource=resource)
     processor = batch_processor(exporter)
     provider.add_span_processor(processor)
     local_id = str(resource.attributes["prime.run.id"])
+    providers = RunProviders.open(
+        resource, meter_provider, logger_provider, disabled=settings.mode == "disabled"
+    )
     run = Run(
         provider=provider,
         exporter=exporter,
@@ -688,10 +816,12 @@ def start_run(
         kind=kind,
         owns_run=owns_run,
         child_spans=child_spans,
+        signals=providers.signals(),
+        providers=providers,
     )
     if owns_run or metadata:
         # A worker's empty config must not stand in for the owner's.
-        emit_run_start(run.tracer, metadata)
+        run.start_link = emit_run_start(run.tracer, metadata)
     return run
 
 

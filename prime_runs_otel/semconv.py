@@ -1,8 +1,10 @@
 """Every span name and attribute key prime-runs-otel emits or reads, in one place.
 
-Producer (``instrument``) and consumer (``records``) both import from here, so
-the two sides of the span contract cannot drift apart. ``docs/semconv.md`` is
-the human-readable table of the same names.
+Producer (``produce/``) and consumer (``read/``) both import from here, so
+the two sides of the span contract cannot drift apart. The ``prime.*`` names
+are defined once, as an OpenTelemetry Weaver registry in ``semconv/``;
+``docs/semconv.md`` is the human-readable table of the same names, and
+``tests/test_semconv_registry.py`` checks both against the registry.
 
 Four kinds of telemetry make up a run:
 
@@ -25,6 +27,17 @@ from __future__ import annotations
 
 import hashlib
 from typing import Final
+
+# --------------------------------------------------------------------------
+# The instrumentation scope of every span, log record and metric the package
+# makes. The schema URL is that of the semantic conventions release whose
+# GenAI definitions they follow (v1.41.1, the last release of the GenAI
+# conventions in the core repository, whose message JSON schemas the tests
+# validate against).
+# --------------------------------------------------------------------------
+
+INSTRUMENTATION_SCOPE: Final = "prime_runs_otel"
+SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.1"
 
 # --------------------------------------------------------------------------
 # Resource: the run. Read once per batch by the consumer; never patched later.
@@ -105,7 +118,9 @@ RUN_EPISODES_UNENCODABLE: Final = "prime.run.episodes_unencodable"
 # Metrics span: one training step's metrics (``Run.log_metrics``). A span
 # rather than an OpenTelemetry metric because a step row is one event with a
 # step and a timestamp, must be delivered exactly like an episode (durably,
-# once per step), and any number of processes may report it.
+# once per step), and any number of processes may report it. The numeric
+# values also go out as OpenTelemetry metrics (``METRIC_STEP``) when the run
+# has a MeterProvider, for dashboards.
 # --------------------------------------------------------------------------
 
 RUN_METRICS_SPAN: Final = "prime.run.metrics"
@@ -136,6 +151,11 @@ EPISODE_STOP_CONDITION: Final = "prime.episode.stop_condition"
 EPISODE_ERROR_COUNT: Final = "prime.episode.error.count"
 EPISODE_ERROR_TYPE: Final = "prime.episode.error.type"
 EPISODE_ERROR_MESSAGE: Final = "prime.episode.error.message"
+#: The episode's token counts as verifiers keeps them (``num_input_tokens``,
+#: ``num_output_tokens``). Not ``gen_ai.usage.*``: the model-call spans carry
+#: usage, so a backend summing usage over a trace counts each token once.
+EPISODE_INPUT_TOKENS: Final = "prime.episode.input_tokens"
+EPISODE_OUTPUT_TOKENS: Final = "prime.episode.output_tokens"
 #: Training step the episode was dispatched at (``run.work.step``), and the
 #: step of a metrics span.
 RUN_STEP: Final = "prime.run.step"
@@ -165,7 +185,9 @@ AGENT_METRIC_PREFIX: Final = "prime.agent.metric."
 EPISODE_TASK_TYPE: Final = "prime.episode.task_type"
 EPISODE_ANSWER: Final = "prime.episode.answer"
 
-#: The GenAI conventions' evaluation event, read as a named reward score.
+#: The GenAI conventions' evaluation event (a log record, or a span event),
+#: read as a named reward score; emitted for each reward, in the episode
+#: span's context.
 GEN_AI_EVALUATION_EVENT: Final = "gen_ai.evaluation.result"
 GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
 GEN_AI_EVALUATION_SCORE: Final = "gen_ai.evaluation.score.value"
@@ -189,16 +211,35 @@ AGENT_STOP_CONDITION: Final = "prime.agent.stop_condition"
 AGENT_TRACE_ID: Final = "prime.agent.trace_id"
 
 # --------------------------------------------------------------------------
-# OpenTelemetry GenAI semantic conventions (agent and model-call spans).
+# OpenTelemetry GenAI semantic conventions (agent, model-call and tool spans,
+# their events and metrics). Only what a record holds is set: a value the
+# record does not have is left out, never guessed or copied from another.
 # --------------------------------------------------------------------------
 
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 OPERATION_INVOKE_AGENT: Final = "invoke_agent"
 OPERATION_CHAT: Final = "chat"
+OPERATION_TEXT_COMPLETION: Final = "text_completion"
+OPERATION_EXECUTE_TOOL: Final = "execute_tool"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+#: The record's trace id: one agent's conversation (its message graph).
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+#: Read from other instrumentations' spans; never set here, since a record
+#: keeps only the model requested.
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+#: Request parameters, from a call's ``sampling`` (an agent span: its
+#: config's ``sampling``).
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_TOP_K: Final = "gen_ai.request.top_k"
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
+GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
+GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = "gen_ai.request.frequency_penalty"
+GEN_AI_REQUEST_PRESENCE_PENALTY: Final = "gen_ai.request.presence_penalty"
+GEN_AI_REQUEST_CHOICE_COUNT: Final = "gen_ai.request.choice.count"
 #: Input tokens including cache reads, as the conventions ask.
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
@@ -207,15 +248,48 @@ GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tok
 #: JSON text in the conventions' message shape; only with content capture on.
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+#: The tools offered (the trace's ``tools``), only with content capture on.
+GEN_AI_TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 ERROR_TYPE: Final = "error.type"
-#: Required on model-call spans by the conventions. A record does not name the
-#: provider; verifiers reaches models through OpenAI-compatible endpoints, so
-#: ``openai`` unless the trace's agent config names a ``provider``.
+#: Required by the conventions on agent and model-call spans. A record names
+#: no provider, but each call names the API path it went to (``endpoint``),
+#: which says the API's flavour (``/chat/completions``: OpenAI's); an agent
+#: config may name a ``provider`` outright. Without either it is left out.
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
-DEFAULT_PROVIDER: Final = "openai"
-#: The content-capture event of the current conventions (``event_only`` and
-#: ``span_and_event``), carried as a span event on the model-call span.
+#: The model server, from the agent config's ``client.base_url``.
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+#: The content-capture event of the conventions (``event_only`` and
+#: ``span_and_event``): a log record through the Logs API, in the model-call
+#: span's context, with the messages in structured form.
 GEN_AI_INFERENCE_DETAILS_EVENT: Final = "gen_ai.client.inference.operation.details"
+
+# The GenAI client metrics (a MeterProvider beside the run's TracerProvider).
+GEN_AI_CLIENT_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+GEN_AI_CLIENT_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+
+# --------------------------------------------------------------------------
+# The run's own metrics: step metrics and rewards, for dashboards. Defined in
+# the registry beside the attributes (semconv/model/prime/metrics.yaml).
+# --------------------------------------------------------------------------
+
+#: Counter of episodes recorded, by environment and outcome.
+METRIC_EPISODES: Final = "prime.run.episodes"
+#: Histogram of episode rewards; exemplars point at episode spans.
+METRIC_EPISODE_REWARD: Final = "prime.run.episode.reward"
+#: Histogram of each reward's unweighted score, by ``prime.reward.name``.
+METRIC_EPISODE_SCORE: Final = "prime.run.episode.score"
+#: Gauge of each numeric step metric, by ``prime.metric.name``.
+METRIC_STEP: Final = "prime.run.metric"
+METRIC_NAME: Final = "prime.metric.name"
+REWARD_NAME: Final = "prime.reward.name"
 
 # --------------------------------------------------------------------------
 # OpenInference (Arize Phoenix and the backends that read its conventions).
@@ -227,6 +301,7 @@ OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 OPENINFERENCE_CHAIN: Final = "CHAIN"
 OPENINFERENCE_AGENT: Final = "AGENT"
 OPENINFERENCE_LLM: Final = "LLM"
+OPENINFERENCE_TOOL: Final = "TOOL"
 #: The episode's first prompt and final completion (an agent's, for an agent
 #: span; the call's messages as JSON, for a model call); only with content capture.
 INPUT_VALUE: Final = "input.value"

@@ -19,6 +19,8 @@ queueing and the wire stay with the wrapped exporter and its processor.
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import semconv as sc
+from .errors import ConfigError
 
 __all__ = [
     "DEFAULT_MAX_BATCH_BYTES",
@@ -89,8 +92,13 @@ class TracingExporter(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
 
-    def shutdown(self) -> None:
-        self.inner.shutdown()
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        """Shut the wrapped exporter down, passing on the SDK's budget when
+        it takes one (as the SDK's batch processor does with exporters)."""
+        if timeout_millis is not None and _takes_timeout(self.inner.shutdown):
+            self.inner.shutdown(timeout_millis=timeout_millis)  # type: ignore[call-arg]
+        else:
+            self.inner.shutdown()
 
     # -- what a span carries ----------------------------------------------------
 
@@ -156,8 +164,11 @@ class TracingExporter(SpanExporter):
 
 
 class OTLPTracingExporter(TracingExporter):
-    """OTLP/HTTP to a tracing backend, configured by the standard
-    ``OTEL_EXPORTER_OTLP_*`` variables, without the platform's payloads.
+    """OTLP to a tracing backend, configured by the standard
+    ``OTEL_EXPORTER_OTLP_*`` variables, without the platform's payloads:
+    OTLP/gRPC when ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` (else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``) says ``grpc``, OTLP/HTTP (protobuf)
+    otherwise.
 
     For zero-code set-ups, which name exporters instead of building them:
     ``OTEL_TRACES_EXPORTER=prime_runs,otlp_without_records`` feeds the platform
@@ -165,9 +176,46 @@ class OTLPTracingExporter(TracingExporter):
     """
 
     def __init__(self) -> None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        super().__init__(_otlp_span_exporter(_otlp_protocol()))
 
-        super().__init__(OTLPSpanExporter())
+
+def _otlp_protocol() -> str:
+    raw = os.environ.get(_TRACES_PROTOCOL_ENV) or os.environ.get(_PROTOCOL_ENV) or _HTTP
+    protocol = raw.strip().lower()
+    if protocol not in (_GRPC, _HTTP):
+        variable = _TRACES_PROTOCOL_ENV if os.environ.get(_TRACES_PROTOCOL_ENV) else _PROTOCOL_ENV
+        raise ConfigError(
+            f"{variable}={raw!r} is not an OTLP protocol otlp_without_records speaks: "
+            f"use {_GRPC} or {_HTTP}"
+        )
+    return protocol
+
+
+def _otlp_span_exporter(protocol: str) -> SpanExporter:
+    if protocol == _GRPC:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
+_TRACES_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+_GRPC = "grpc"
+_HTTP = "http/protobuf"
+
+
+def _takes_timeout(shutdown: Any) -> bool:
+    """Whether an exporter's ``shutdown`` takes ``timeout_millis`` (the SDK
+    asks the same of the exporters it shuts down)."""
+    try:
+        return "timeout_millis" in inspect.signature(shutdown).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _value_size(value: Any) -> int:

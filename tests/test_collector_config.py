@@ -93,7 +93,8 @@ def test_pipelines_reference_defined_components(path: Path) -> None:
     pipelines = service["pipelines"]
     assert pipelines, f"{path.name} has no pipeline"
     for name, pipeline in pipelines.items():
-        assert name.split("/")[0] == "traces", f"{path.name}: {name} is not a traces pipeline"
+        # Spans, and the log records that carry GenAI events for them.
+        assert name.split("/")[0] in ("traces", "logs"), f"{path.name}: {name}"
         for kind in ("receivers", "processors", "exporters"):
             for component in pipeline.get(kind, []):
                 assert component in (config.get(kind) or {}), (
@@ -115,7 +116,8 @@ def test_memory_limiter_first_and_batch_after_it(path: Path) -> None:
             assert "batch" not in processors, f"{path.name} {name}: batch before the disk queue"
             for queue in queues:
                 assert queue["batch"]["max_size"] <= 128, f"{path.name} {name}: {queue}"
-        else:
+        elif not all(queue.get("batch") for queue in queues):
+            # Without the exporters batching in their queue, a batch processor does.
             assert "batch" in processors[1:], f"{path.name} {name}: no batch after memory_limiter"
 
 
@@ -166,6 +168,23 @@ def test_loadbalancer_keeps_a_run_on_one_backend() -> None:
     assert exporter["routing_key"] == "attributes"
     assert exporter["routing_attributes"] == ["prime.run.id"]
     assert "otlp" in exporter["protocol"]  # the loadbalancing exporter speaks gRPC
+
+
+def test_the_jaeger_fanout_bounds_its_batches_in_bytes_under_jaegers_limit() -> None:
+    """Jaeger's OTLP/gRPC receiver refuses a message over 4 MiB: a batch cut
+    by span count can pass it once message content is captured."""
+    config = load(CONFIG_DIR / "fanout-jaeger.yaml")
+    batch = config["exporters"]["otlp/jaeger"]["sending_queue"]["batch"]
+    assert batch["sizer"] == "bytes"
+    assert 0 < batch["min_size"] <= batch["max_size"] < 4 * 1024 * 1024
+    assert "batch" not in config["service"]["pipelines"]["traces/jaeger"]["processors"]
+
+
+def test_logs_reach_serve_through_the_gateways() -> None:
+    for name in ("gateway.yaml", "fanout-jaeger.yaml"):
+        pipelines = load(CONFIG_DIR / name)["service"]["pipelines"]
+        logs = [p for key, p in pipelines.items() if key.split("/")[0] == "logs"]
+        assert [p["exporters"] for p in logs] == [["otlphttp/serve"]], name
 
 
 def test_fanout_strips_records_only_from_the_jaeger_pipeline() -> None:
@@ -353,3 +372,25 @@ def test_build_script_without_go_says_what_to_do(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "Go is needed to build the collector" in done.stderr
     assert "OTELCOL_BIN" in done.stderr
+
+
+def test_the_metrics_guide_s_collector_config_loads(tmp_path: Path) -> None:
+    """docs/metrics.md's OTLP → collector → Prometheus config, as a reader
+    saves it, on this repository's collector distribution."""
+    guide = (CONFIG_DIR.parent / "docs" / "metrics.md").read_text()
+    [config] = [
+        block
+        for block in re.findall(r"```yaml\n(.*?)```", guide, re.S)
+        if "otlphttp/prometheus" in block
+    ]
+    assert "metrics" in yaml.safe_load(config)["service"]["pipelines"]
+    path = tmp_path / "metrics-prometheus.yaml"
+    path.write_text(config)
+    finished = subprocess.run(
+        [otelcol_bin(), "validate", f"--config={path}"],
+        env={**os.environ, "PROMETHEUS_OTLP_URL": "http://127.0.0.1:9090/api/v1/otlp"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert finished.returncode == 0, finished.stderr

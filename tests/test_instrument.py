@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,6 +32,7 @@ from prime_runs_otel.produce.episode import record_episode
 from prime_runs_otel.produce.resource import run_resource
 from prime_runs_otel.produce.run_config import MAX_CONFIG_SOURCE_BYTES, normalize_config
 from prime_runs_otel.produce.run_spans import emit_run_end, emit_run_start
+from prime_runs_otel.produce.signals import Signals
 from prime_runs_otel.produce.synthetic import synthetic_episode
 from prime_runs_otel.read.checks import read_span
 from prime_runs_otel.read.episodes import EpisodeArrival
@@ -50,18 +53,26 @@ def assert_time(actual: int | None, seconds: float) -> None:
 
 
 class Pipeline:
-    """A real SDK pipeline for one run, exporting into memory."""
+    """A real SDK pipeline for one run, exporting spans (and the GenAI log
+    events, through ``signals``) into memory."""
 
     def __init__(self, limits: SpanLimits | None = None, *processors: SpanProcessor) -> None:
         self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider(
-            resource=run_resource(run_id="run-under-test", environments=["math"]),
-            span_limits=limits,
-        )
+        resource = run_resource(run_id="run-under-test", environments=["math"])
+        self.provider = TracerProvider(resource=resource, span_limits=limits)
         for processor in processors:
             self.provider.add_span_processor(processor)
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.tracer: Tracer = self.provider.get_tracer("tests")
+        self.logs = InMemoryLogRecordExporter()
+        self.logger_provider = LoggerProvider(resource=resource)
+        self.logger_provider.add_log_record_processor(SimpleLogRecordProcessor(self.logs))
+        self.signals = Signals.of(logger_provider=self.logger_provider)
+
+    def events(self, name: str) -> list[Any]:
+        """The API log records of the events named ``name``, in order."""
+        records = [item.log_record for item in self.logs.get_finished_logs()]
+        return [record for record in records if record.event_name == name]
 
     def spans(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())
@@ -111,6 +122,7 @@ def model_call(
     if cached is not None:
         usage["cached_input_tokens"] = cached
     call: dict[str, Any] = {"node": node, "model": model, "usage": usage}
+    call["endpoint"] = "/chat/completions"
     call["time"] = {"start": start, "end": end}
     if finish is not None:
         call["finish_reason"] = finish
@@ -149,10 +161,28 @@ def solver_trace() -> dict[str, Any]:
     return {
         "id": "trace-solver",
         "task": {"type": "MathTask", "data": {"idx": 7, "answer": "42"}},
-        "agent": {"config": {}, "name": "solver", "trainable": True},
+        "agent": {
+            "config": {
+                "sampling": {"temperature": 0.7, "max_tokens": 512},
+                "client": {"base_url": "https://models.example:8443/v1"},
+            },
+            "name": "solver",
+            "trainable": True,
+        },
+        "tools": [
+            {
+                "type": "function",
+                "name": "calculator",
+                "description": "Evaluate an arithmetic expression.",
+                "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+            }
+        ],
         "nodes": nodes,
         "calls": [
-            model_call(2, "policy-8b", T0 + 1, T0 + 2, finish="tool_calls", cached=4),
+            {
+                **model_call(2, "policy-8b", T0 + 1, T0 + 2, finish="tool_calls", cached=4),
+                "sampling": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 512, "seed": 3},
+            },
             model_call(4, "policy-8b", T0 + 3, T0 + 3.5, finish=None, error=TIMEOUT),
         ],
         "rewards": {
@@ -225,6 +255,7 @@ def test_episode_becomes_episode_agent_and_chat_spans(pipeline: Pipeline) -> Non
         "chat policy-8b",
         "chat policy-8b",
         "episode math",
+        "execute_tool calculator",
         "invoke_agent judge",
         "invoke_agent solver",
     ]
@@ -242,6 +273,8 @@ def test_episode_becomes_episode_agent_and_chat_spans(pipeline: Pipeline) -> Non
         call.parent is not None and call.parent.span_id == solver.context.span_id
         for call in solver_calls
     )
+    tool = by_name["execute_tool calculator"]
+    assert tool.parent is not None and tool.parent.span_id == solver.context.span_id
     assert {span.context.trace_id for span in spans if span.context} == {episode.context.trace_id}
 
 
@@ -302,8 +335,9 @@ def test_episode_span_attributes_summarise_the_record(pipeline: Pipeline) -> Non
         # The summary trace is the first *trainable* one (the solver), not the first.
         sc.EPISODE_REWARD: 2.5,
         sc.EPISODE_STOP_CONDITION: "model_error",
-        sc.GEN_AI_USAGE_INPUT_TOKENS: 34,
-        sc.GEN_AI_USAGE_OUTPUT_TOKENS: 15,
+        # Not gen_ai.usage.*: the model-call spans carry usage, once.
+        sc.EPISODE_INPUT_TOKENS: 34,
+        sc.EPISODE_OUTPUT_TOKENS: 15,
         sc.RUN_STEP: 12,
         sc.EPISODE_ERROR_COUNT: 2,
         sc.EPISODE_ERROR_TYPE: "ProviderTimeout",
@@ -328,14 +362,23 @@ def test_agent_spans_follow_the_genai_conventions(pipeline: Pipeline) -> None:
 
     assert dict(solver.attributes or {}) == {
         sc.GEN_AI_OPERATION_NAME: "invoke_agent",
-        sc.OPENINFERENCE_SPAN_KIND: "AGENT",
+        # Its calls went to /chat/completions: OpenAI's API.
+        sc.GEN_AI_PROVIDER_NAME: "openai",
         sc.GEN_AI_AGENT_NAME: "solver",
+        sc.GEN_AI_CONVERSATION_ID: "trace-solver",
+        # The config names no model; every call requested this one.
+        sc.GEN_AI_REQUEST_MODEL: "policy-8b",
+        sc.SERVER_ADDRESS: "models.example",
+        sc.SERVER_PORT: 8443,
+        sc.GEN_AI_REQUEST_TEMPERATURE: 0.7,
+        sc.GEN_AI_REQUEST_MAX_TOKENS: 512,
+        sc.ERROR_TYPE: "ProviderTimeout",
+        sc.OPENINFERENCE_SPAN_KIND: "AGENT",
         "agent.name": "solver",
         sc.AGENT_TRAINABLE: True,
         sc.AGENT_TRACE_ID: "trace-solver",
         sc.AGENT_STOP_CONDITION: "model_error",
-        sc.GEN_AI_USAGE_INPUT_TOKENS: 24,
-        sc.GEN_AI_USAGE_OUTPUT_TOKENS: 10,
+        # No token counts: its calls report usage, counted there once.
         "prime.agent.reward.correct": 1.0,
         "prime.agent.reward.format": 0.5,
         sc.AGENT_REWARD: 2.5,
@@ -357,7 +400,15 @@ def test_chat_spans_carry_model_usage_and_errors(pipeline: Pipeline) -> None:
         sc.GEN_AI_OPERATION_NAME: "chat",
         sc.GEN_AI_PROVIDER_NAME: "openai",
         sc.GEN_AI_REQUEST_MODEL: "policy-8b",
-        sc.GEN_AI_RESPONSE_MODEL: "policy-8b",
+        # No gen_ai.response.model: the record keeps only the model requested.
+        sc.GEN_AI_CONVERSATION_ID: "trace-solver",
+        sc.SERVER_ADDRESS: "models.example",
+        sc.SERVER_PORT: 8443,
+        # The call's own sampling, as recorded.
+        sc.GEN_AI_REQUEST_TEMPERATURE: 0.7,
+        sc.GEN_AI_REQUEST_TOP_P: 0.95,
+        sc.GEN_AI_REQUEST_MAX_TOKENS: 512,
+        sc.GEN_AI_REQUEST_SEED: 3,
         # input tokens include cache reads, as the GenAI conventions ask
         sc.GEN_AI_USAGE_INPUT_TOKENS: 14,
         sc.GEN_AI_USAGE_OUTPUT_TOKENS: 5,
@@ -387,7 +438,7 @@ def test_only_the_episode_span_means_something_to_the_consumer(pipeline: Pipelin
 
     assert len(arrivals) == 1
     assert arrivals[0].record == hand_record()
-    assert meanings.count(None) == 5
+    assert meanings.count(None) == 6
 
 
 def test_without_summary_attributes_the_episode_span_carries_its_id_and_record(
@@ -582,7 +633,7 @@ def test_every_capture_value_the_genai_utilities_take(
 ) -> None:
     monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     monkeypatch.setenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, value)
-    record_episode(pipeline.tracer, hand_record())
+    record_episode(pipeline.tracer, hand_record(), signals=pipeline.signals)
     chats = sorted(
         (span for span in pipeline.spans() if span.name.startswith("chat")),
         key=lambda span: span.start_time or 0,
@@ -591,11 +642,19 @@ def test_every_capture_value_the_genai_utilities_take(
     assert (sc.GEN_AI_INPUT_MESSAGES in (first.attributes or {})) is on_span
     episode = pipeline.by_name()["episode math"]
     assert (sc.INPUT_VALUE in (episode.attributes or {})) is on_span
-    events = [event for event in first.events if event.name == sc.GEN_AI_INFERENCE_DETAILS_EVENT]
-    assert bool(events) is on_event
+    # Events are log records (the Logs API), not span events.
+    assert not [event for event in first.events if event.name == sc.GEN_AI_INFERENCE_DETAILS_EVENT]
+    events = pipeline.events(sc.GEN_AI_INFERENCE_DETAILS_EVENT)
+    assert len(events) == (3 if on_event else 0)  # one per model call
     if on_event:
-        [event] = events
-        assert json.loads(str((event.attributes or {})[sc.GEN_AI_OUTPUT_MESSAGES]))[0]["parts"]
+        event = min(events, key=lambda record: record.timestamp)
+        assert first.context is not None
+        assert (event.trace_id, event.span_id) == (first.context.trace_id, first.context.span_id)
+        attributes = dict(event.attributes or {})
+        # Structured, as the conventions ask of events (spans carry JSON text).
+        assert attributes[sc.GEN_AI_OUTPUT_MESSAGES][0]["parts"]
+        assert attributes[sc.GEN_AI_TOOL_DEFINITIONS][0]["name"] == "calculator"
+        assert attributes[sc.GEN_AI_REQUEST_MODEL] == "policy-8b"
 
 
 def test_an_unknown_capture_value_captures_nothing_and_says_so(

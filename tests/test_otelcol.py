@@ -364,6 +364,8 @@ class OtlpSink:
 
     def __init__(self) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
+        #: The protobuf size of each request, as Jaeger's 4 MiB limit counts it.
+        self.sizes: list[int] = []
         self.port = free_port()
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=2),
@@ -388,6 +390,7 @@ class OtlpSink:
         self, request: ExportTraceServiceRequest, context: Any
     ) -> ExportTraceServiceResponse:
         self.requests.append(request)
+        self.sizes.append(request.ByteSize())
         return ExportTraceServiceResponse()
 
     def spans(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -406,8 +409,10 @@ class OtlpSink:
 
 
 def test_fanout_sends_jaeger_spans_without_records_and_serve_everything(
-    tmp_path: Path, platform: FakePlatform, cleanup: list[Any]
+    tmp_path: Path, platform: FakePlatform, cleanup: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Message content on the model-call spans: what Jaeger gets runs to megabytes.
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
     jaeger = OtlpSink()
     try:
         serve = start_serve(tmp_path / "serve", platform, cleanup)
@@ -423,7 +428,7 @@ def test_fanout_sends_jaeger_spans_without_records_and_serve_everything(
         )
         cleanup.append(collector)
         collector.start()
-        records = list(synthetic_episodes(30, seed=53))
+        records = list(synthetic_episodes(30, seed=53, target_bytes=100_000))
         producer = Producer(collector.endpoint, resource("fanout"))
         emit_run_start(producer.tracer, {"collector": "fanout"})
         producer.episodes(records)
@@ -447,5 +452,8 @@ def test_fanout_sends_jaeger_spans_without_records_and_serve_everything(
             assert owner["prime.run.id"].string_value
             blobs = [k for k in attrs if k.startswith(("prime.episode.record", "prime.run.config"))]
             assert not blobs, blobs
+        # Batched by bytes under Jaeger's 4 MiB gRPC limit, though all of it is more.
+        assert sum(jaeger.sizes) > 4 * 1024 * 1024
+        assert max(jaeger.sizes) <= 3 * 1024 * 1024
     finally:
         jaeger.stop()

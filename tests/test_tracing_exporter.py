@@ -242,6 +242,8 @@ def test_zero_code_names_a_backend_beside_the_platform(backend: _Backend) -> Non
         **os.environ,
         "OTEL_TRACES_EXPORTER": "prime_runs,otlp_without_records",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": backend.endpoint,
+        # opentelemetry-distro makes it grpc unless told: the backend speaks HTTP.
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_METRICS_EXPORTER": "none",
         "OTEL_LOGS_EXPORTER": "none",
         "PRIME_RUNS_MODE": "local",
@@ -266,3 +268,70 @@ def test_zero_code_names_a_backend_beside_the_platform(backend: _Backend) -> Non
     for span in backend.spans:
         assert not LEFT_OUT & set(span["attributes"])
     assert any(s["attributes"].get("gen_ai.operation.name") == "chat" for s in backend.spans)
+
+
+# -- otlp_without_records over gRPC, and the shutdown budget ---------------------------------
+
+
+def test_otlp_without_records_speaks_grpc_when_the_protocol_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from test_otelcol import OtlpSink
+
+    from prime_runs_otel.tracing import OTLPTracingExporter
+
+    grpc_backend = OtlpSink()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{grpc_backend.port}")
+        exporter = OTLPTracingExporter()
+        with pro.start_run(name="grpc-beside", environments=["gsm8k"], mode="local") as run:
+            run.add_exporter(exporter)
+            for record in synthetic_episodes(3, seed=12):
+                run.record_episode(record)
+        names = [span.name for request in grpc_backend.requests for span in _spans_of(request)]
+        assert sum(name.startswith("episode") for name in names) == 3
+        assert "prime.run.end" in names
+        assert not any(set(attributes) & LEFT_OUT for _, attributes in grpc_backend.spans())
+    finally:
+        grpc_backend.stop()
+
+
+def _spans_of(request: ExportTraceServiceRequest) -> Iterator[Any]:
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            yield from scope_spans.spans
+
+
+def test_otlp_without_records_refuses_a_protocol_it_does_not_speak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prime_runs_otel.errors import ConfigError
+    from prime_runs_otel.tracing import OTLPTracingExporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json'"):
+        OTLPTracingExporter()
+
+
+class _Budgeted(SpanExporter):
+    """An exporter whose shutdown takes the SDK's budget, and says what it got."""
+
+    def __init__(self) -> None:
+        self.budgets: list[float | None] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        self.budgets.append(timeout_millis)
+
+
+def test_shutdown_hands_the_sdk_budget_on() -> None:
+    from prime_runs_otel.tracing import TracingExporter
+
+    inner = _Budgeted()
+    processor = BatchSpanProcessor(TracingExporter(inner))
+    processor.shutdown()  # the SDK's batch processor passes what is left of its 30 s
+    (budget,) = inner.budgets
+    assert budget is not None and 0 < budget <= 30_000

@@ -1,5 +1,6 @@
-"""OTLP/gRPC: ``TraceService/Export`` answered after the spool commit, by
-a grpcio server of its own beside the HTTP one.
+"""OTLP/gRPC: ``TraceService/Export`` answered after the spool commit, and
+``LogsService/Export`` (the GenAI events of spans, see :mod:`.logs_intake`),
+by a grpcio server of its own beside the HTTP one.
 
 Everything about gRPC is here: the service over raw bytes, how a
 :class:`.intake.Verdict` becomes a status code with rich details
@@ -13,7 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.any_pb2 import Any as AnyProto
@@ -22,14 +23,17 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
     error_details_pb2,
     status_pb2,
 )
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
 from ..errors import ConfigError
 from ..read.otlp import OtlpDecodeError, decode_protobuf
+from ..read.otlp_logs import decode_logs_protobuf
 from .bodies import DecodeBudget, bearer_matches
 from .intake import SpanIntake, Verdict, export_response, wire_text
+from .logs_intake import GRPC_LOGS_SERVICE, LogIntake, logs_response
 from .receiver_config import MiB, ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -44,6 +48,7 @@ class GrpcReceiver(Protocol):
     config: ReceiverConfig
     memory: DecodeBudget
     intake: SpanIntake
+    logs: LogIntake
 
 
 class _GrpcStatus(
@@ -68,22 +73,34 @@ class OtlpGrpcService:
     """``TraceService/Export`` over raw bytes, so a malformed request is
     answered ``INVALID_ARGUMENT`` by this code rather than by the framework."""
 
+    service = GRPC_SERVICE
+    response_type: type[Any] = ExportTraceServiceResponse
+
     def __init__(self, receiver: GrpcReceiver) -> None:
         self._receiver = receiver
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
-            GRPC_SERVICE,
+            self.service,
             {
                 "Export": grpc.unary_unary_rpc_method_handler(
                     self.export,
                     request_deserializer=None,
-                    response_serializer=ExportTraceServiceResponse.SerializeToString,
+                    response_serializer=self.response_type.SerializeToString,
                 )
             },
         )
 
-    def export(self, body: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+    def respond(self, verdict: Verdict) -> Any:
+        return export_response(verdict)
+
+    def decode(self, body: bytes) -> Any:
+        return decode_protobuf(body)
+
+    def take(self, request: Any) -> Verdict:
+        return self._receiver.intake.accept(request)
+
+    def export(self, body: bytes, context: grpc.ServicerContext) -> Any:
         token = self._receiver.config.token
         metadata = dict(context.invocation_metadata())
         header = metadata.get("authorization")
@@ -97,7 +114,7 @@ class OtlpGrpcService:
             )
         verdict = self._accept(body)
         if verdict.outcome == "accepted":
-            return export_response(verdict)
+            return self.respond(verdict)
         code = {
             "invalid": grpc.StatusCode.INVALID_ARGUMENT,
             "full": grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -111,10 +128,27 @@ class OtlpGrpcService:
     def _accept(self, body: bytes) -> Verdict:
         with self._receiver.memory.reserve(len(body)):
             try:
-                request = decode_protobuf(body)
+                request = self.decode(body)
             except OtlpDecodeError as exc:
                 return Verdict("invalid", str(exc))
-            return self._receiver.intake.accept(request)
+            return self.take(request)
+
+
+class OtlpGrpcLogsService(OtlpGrpcService):
+    """``LogsService/Export``: the span events a logs request carries go to
+    the span intake's buffer (:class:`.logs_intake.LogIntake`)."""
+
+    service = GRPC_LOGS_SERVICE
+    response_type = ExportLogsServiceResponse
+
+    def respond(self, verdict: Verdict) -> Any:
+        return logs_response(verdict)
+
+    def decode(self, body: bytes) -> Any:
+        return decode_logs_protobuf(body)
+
+    def take(self, request: Any) -> Verdict:
+        return self._receiver.logs.accept(request)
 
 
 def grpc_server(
@@ -125,7 +159,7 @@ def grpc_server(
     config = receiver.config
     server = grpc.server(
         executor,
-        handlers=[OtlpGrpcService(receiver).handler()],
+        handlers=[OtlpGrpcService(receiver).handler(), OtlpGrpcLogsService(receiver).handler()],
         options=[
             ("grpc.max_receive_message_length", config.max_body_bytes),
             ("grpc.max_send_message_length", 4 * MiB),

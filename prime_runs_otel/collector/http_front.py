@@ -1,5 +1,6 @@
-"""OTLP/HTTP: ``POST /v1/traces`` answered after the spool commit, and the
-health checks, served by uvicorn on the socket bound at start-up.
+"""OTLP/HTTP: ``POST /v1/traces`` answered after the spool commit,
+``POST /v1/logs`` (the GenAI events of spans, see :mod:`.logs_intake`), and
+the health checks, served by uvicorn on the socket bound at start-up.
 
 Everything about HTTP is here: the routes, how a body is read (its limits
 and deadline), how a refused one is drained, how a :class:`.intake.Verdict`
@@ -42,6 +43,7 @@ from .bodies import (
     too_large,
 )
 from .intake import SpanIntake, Verdict, export_response, wire_text
+from .logs_intake import LOGS_PATH, LogIntake, decode_logs_body, logs_response
 from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, MiB, ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class HttpReceiver(Protocol):
     config: ReceiverConfig
     memory: DecodeBudget
     intake: SpanIntake
+    logs: LogIntake
     #: OTLP/HTTP requests being read or committed (shown on /healthz).
     in_flight: int
 
@@ -83,8 +86,14 @@ _GRPC_CODE_OF_STATUS = {
 }
 
 
+#: What a body decodes to and how its answer is encoded, by path.
+_Accept = Callable[[bytes, str, str], Verdict]
+_Respond = Callable[[Verdict], Any]
+
+
 class OtlpHttpApp:
-    """A minimal ASGI app: ``POST /v1/traces``, ``GET /healthz``, ``GET /readyz``.
+    """A minimal ASGI app: ``POST /v1/traces``, ``POST /v1/logs``,
+    ``GET /healthz``, ``GET /readyz``.
 
     Request bodies are read and decoded off the event loop (decoding a large
     batch is CPU-bound, the commit is blocking SQLite), so health checks stay
@@ -94,6 +103,10 @@ class OtlpHttpApp:
     def __init__(self, receiver: HttpReceiver) -> None:
         self._receiver = receiver
         self._config = receiver.config
+        self._routes: dict[str, tuple[_Accept, _Respond]] = {
+            TRACES_PATH: (self._accept, export_response),
+            LOGS_PATH: (self._accept_logs, logs_response),
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -106,17 +119,22 @@ class OtlpHttpApp:
                 return
             await self._health(send, ready=path == "/readyz")
             return
-        if path != TRACES_PATH:
+        route = self._routes.get(path)
+        if route is None:
             await _send_status(
-                send, 404, f"no such endpoint {path!r}; OTLP traces go to POST {TRACES_PATH}", None
+                send,
+                404,
+                f"no such endpoint {path!r}; OTLP traces go to POST {TRACES_PATH}, "
+                f"logs to POST {LOGS_PATH}",
+                None,
             )
             return
         if method != "POST":
-            await _send_status(send, 405, f"{TRACES_PATH} takes POST", None, allow="POST")
+            await _send_status(send, 405, f"{path} takes POST", None, allow="POST")
             return
         self._receiver.in_flight += 1
         try:
-            await self._export(scope, receive, send)
+            await self._export(scope, receive, send, *route)
         finally:
             self._receiver.in_flight -= 1
 
@@ -130,7 +148,9 @@ class OtlpHttpApp:
         else:
             await _send_json(send, 503, {"status": "not ready", "reason": problem})
 
-    async def _export(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _export(
+        self, scope: Scope, receive: Receive, send: Send, accept: _Accept, respond: _Respond
+    ) -> None:
         headers = _headers(scope)
         content_type = media_type(headers.get("content-type", ""))
         if not bearer_matches(headers.get("authorization"), self._config.token):
@@ -159,7 +179,7 @@ class OtlpHttpApp:
                 receive, headers, self._config.max_body_bytes, self._config.read_timeout
             )
             verdict = await self._receiver.run_blocking(
-                self._accept,
+                accept,
                 body,
                 headers.get("content-encoding", ""),
                 content_type,
@@ -168,18 +188,37 @@ class OtlpHttpApp:
             logger.warning("Refused an OTLP/HTTP request: %s", exc.message)
             await _send_status(send, exc.status, exc.message, content_type)
             return
-        await _send_verdict(send, verdict, content_type)
+        await _send_verdict(send, verdict, content_type, respond)
 
     def _accept(self, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
+        return self._decoded(
+            body, encoding, content_type, decode_body, self._receiver.intake.accept
+        )
+
+    def _accept_logs(self, body: bytes, encoding: str, content_type: str) -> Verdict:
+        """Decompress and decode one OTLP/HTTP logs body, and hand its span
+        events to the span intake (on a worker thread)."""
+        return self._decoded(
+            body, encoding, content_type, decode_logs_body, self._receiver.logs.accept
+        )
+
+    def _decoded(
+        self,
+        body: bytes,
+        encoding: str,
+        content_type: str,
+        decode: Callable[[bytes, str], Any],
+        accept: Callable[[Any], Verdict],
+    ) -> Verdict:
         data = decompress(body, encoding, self._config.max_body_bytes)
         with self._receiver.memory.reserve(len(data)):
             try:
-                request = decode_body(data, content_type)
+                request = decode(data, content_type)
             except OtlpDecodeError as exc:
                 raise BodyError(400, str(exc)) from None
             del data
-            return self._receiver.intake.accept(request)
+            return accept(request)
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -250,9 +289,11 @@ async def _drain(receive: Receive, limit: int) -> None:
         budget -= len(message.get("body", b""))
 
 
-async def _send_verdict(send: Send, verdict: Verdict, content_type: str) -> None:
+async def _send_verdict(
+    send: Send, verdict: Verdict, content_type: str, respond: _Respond = export_response
+) -> None:
     if verdict.outcome == "accepted":
-        response = export_response(verdict)
+        response = respond(verdict)
         await _send(send, 200, _encode(response, content_type), content_type)
         return
     if verdict.outcome == "invalid":

@@ -14,7 +14,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ from ..deliver.spool import IngestOutcome, Spool, SpoolError
 from ..deliver.uploader import Uploader
 from ..read.ingest import group_by_run
 from ..read.otlp import span_views
+from ..read.otlp_logs import SpanEvent
 from ..read.records import RunBatch
 from ..read.span_tree import SpanTree, SpanTreeBuffer
 from ..read.spans import SpanView
@@ -169,6 +170,18 @@ class SpanIntake:
             _rejection_message(grouped.unattributed, corrupt, unreadable),
             rejected=grouped.unattributed + corrupt + unreadable,
         )
+
+    def add_span_events(self, events: Iterable[SpanEvent]) -> int:
+        """Events sent apart from their spans (OTLP log records, see
+        :mod:`.logs_intake`): each joins its span in the buffer, and reaches
+        the episode's record when the episode is synthesised. How many there
+        were."""
+        count = 0
+        with self._lock:
+            for item in events:
+                self.trees.add_event(item.trace_id, item.span_id, item.event)
+                count += 1
+        return count
 
     def release_settled(self) -> None:
         """Commit the episodes that waited long enough for their spans.
@@ -390,6 +403,14 @@ class _BufferReport:
                 stats.late_spans,
                 stats.evicted_spans,
                 self._trees.max_spans,
+            )
+        if stats.late_events or stats.unclaimed_events:
+            logger.warning(
+                "Span events sent as log records: %d arrived after their episode was "
+                "synthesised, %d named a span that never came; their scores are not in any "
+                "record. Send them within the settle time of their episode's spans.",
+                stats.late_events,
+                stats.unclaimed_events,
             )
 
 

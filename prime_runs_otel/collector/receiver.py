@@ -30,6 +30,7 @@ from .bodies import DecodeBudget
 from .grpc_front import grpc_server
 from .http_front import TRACES_PATH, http_server, listen
 from .intake import SpanIntake, Verdict
+from .logs_intake import LogIntake
 from .receiver_config import ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class Receiver:
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
         )
+        self.logs = LogIntake(self.intake)
         self.memory = DecodeBudget(config.memory_bytes)
         self._releasing = threading.Event()
         self._releaser = threading.Thread(

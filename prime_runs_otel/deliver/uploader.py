@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 from .._courtesy import ExportRunning
 from .._text import shown
+from .._untraced import untraced
 from ..config import Settings
 from .backoff import Backoff, Pauses
 from .clients import PlatformClients
@@ -125,6 +126,12 @@ class Uploader:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self) -> None:
+        # The uploader's thread makes only the package's own calls (platform
+        # HTTP, the spool's SQLite): none of it is traced, for its whole life.
+        with untraced():
+            self._deliver_until_stopped()
+
+    def _deliver_until_stopped(self) -> None:
         failed_passes = 0
         while not self._stopping.is_set():
             try:
@@ -149,15 +156,17 @@ class Uploader:
     # -- one pass -------------------------------------------------------------
 
     def deliver_once(self, only: Sequence[str] | None = None) -> None:
-        """Advance every deliverable run as far as it goes now."""
-        if not self._lease.acquire():
-            return
-        try:
-            self._deliver_runs(only)
-        finally:
-            # Here rather than in whichever commit crosses SQLite's threshold,
-            # which would often be an export() the SDK is waiting on.
-            self._spool.checkpoint()
+        """Advance every deliverable run as far as it goes now (untraced, on
+        whichever thread calls it: ``push`` calls it on its main thread)."""
+        with untraced():
+            if not self._lease.acquire():
+                return
+            try:
+                self._deliver_runs(only)
+            finally:
+                # Here rather than in whichever commit crosses SQLite's threshold,
+                # which would often be an export() the SDK is waiting on.
+                self._spool.checkpoint()
 
     def _deliver_runs(self, only: Sequence[str] | None) -> None:
         for run in self._spool.runs_to_deliver_or_close():

@@ -21,6 +21,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanContext
 
 from .. import semconv as sc
 from ..config import Settings, env_flag
@@ -32,8 +33,11 @@ from ..run import (
     CHILD_SPANS_ENV,
     QueueGauge,
     Run,
+    RunProviders,
     RunResult,
+    RunTracerProvider,
     batch_processor,
+    run_tracer,
     start_run,
 )
 
@@ -165,7 +169,7 @@ class Exported(Delivery):
         attach: str | None,
     ) -> None:
         self.provider = provider
-        self.tracer = provider.get_tracer("prime_runs_otel")
+        self.tracer = run_tracer(provider)
         self.local_id = str(provider.resource.attributes[sc.RUN_ID])
         self.platform_id = attach
         self.kind = kind
@@ -179,6 +183,11 @@ class Exported(Delivery):
             if gauge is not None
         ]
         self._pid = os.getpid()
+        #: The run's metrics and events beside its spans, and the run-start
+        #: span the run's other spans link to.
+        self.providers = RunProviders.open(provider.resource, None, None, disabled=False)
+        self.signals = self.providers.signals()
+        self.start_link: SpanContext | None = None
 
     @classmethod
     def open(
@@ -190,7 +199,8 @@ class Exported(Delivery):
         """The run ``fields`` name (``run_resource``'s arguments), its spans
         to ``exporters``; its config sent at once."""
         resource = run_resource(**fields)
-        provider = TracerProvider(resource=resource)
+        # The run's own spans are never sampled away, as in process.
+        provider = RunTracerProvider(resource=resource)
         processors: list[SpanProcessor] = []
         for exporter in exporters:
             processor = batch_processor(exporter)
@@ -198,18 +208,30 @@ class Exported(Delivery):
             processors.append(processor)
         kind, attach = fields.get("kind", "eval"), fields.get("attach")
         delivery = cls(provider, processors, kind=kind, attach=attach)
-        emit_run_start(delivery.tracer, config)
+        delivery.start_link = emit_run_start(delivery.tracer, config)
         return delivery
 
     def record(self, episode: Any) -> None:
         for gauge in self._gauges:
             gauge.wait_for_room()
-        record_episode(self.tracer, episode, child_spans=self.child_spans)
+        record_episode(
+            self.tracer,
+            episode,
+            child_spans=self.child_spans,
+            link=self.start_link,
+            signals=self.signals,
+        )
         self.recorded += 1
 
     def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
         if self.kind == "train":
-            emit_metrics(self.tracer, values, step=step)
+            emit_metrics(
+                self.tracer,
+                values,
+                step=step,
+                link=self.start_link,
+                metrics=self.signals.metrics,
+            )
 
     def end(
         self,
@@ -220,11 +242,17 @@ class Exported(Delivery):
     ) -> RunResult | None:
         if os.getpid() == self._pid:  # a forked child leaves the run to its parent
             emit_run_end(
-                self.tracer, status, error, episodes_recorded=self.recorded, summary=summary
+                self.tracer,
+                status,
+                error,
+                episodes_recorded=self.recorded,
+                summary=summary,
+                link=self.start_link,
             )
         budget = 30.0 if timeout is None else max(0.0, timeout)
         self.provider.force_flush(int(budget * 1000))
         self.provider.shutdown()
+        self.providers.close()
         return None
 
     def flush(self, timeout: float) -> bool:

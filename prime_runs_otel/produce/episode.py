@@ -16,16 +16,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry import trace as trace_api
-from opentelemetry.trace import SpanContext, Status, StatusCode, Tracer
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
 
 from .. import semconv as sc
 from .._json import encode_record
 from ..errors import RecordError
+from ..sampling import dropped_episodes
 from ._fields import EMPTY, Attributes, as_mapping, error_text, is_int, put_int, put_str
 from .blobs import set_blob
 from .content_capture import NO_CAPTURE, capture_content_mode
 from .genai_messages import put_input_output
 from .genai_spans import emit_agent_span, trace_reward
+from .signals import NO_SIGNALS, Signals
 from .span_times import episode_window, fill_window, recorded_window
 
 __all__ = ["HandOver", "prepare_episode", "record_episode"]
@@ -44,6 +47,8 @@ def record_episode(
     child_spans: bool = True,
     summary_attributes: bool = True,
     hand_over: HandOver | None = None,
+    link: SpanContext | None = None,
+    signals: Signals = NO_SIGNALS,
 ) -> str:
     """Emit one finished episode as a span tree and return its id.
 
@@ -67,6 +72,11 @@ def record_episode(
     span's only reader: the span then carries ``prime.episode.record.in_process``
     and no record, and the record is not chunked, hashed, joined and parsed
     again on its way to that exporter.
+    ``link`` is the run-start span's context: the episode span links to it,
+    so a backend can walk from a run to its episodes.
+    ``signals`` are the run's events and metrics (see :mod:`.signals`): each
+    reward as a ``gen_ai.evaluation.result`` event in the episode span's
+    context, and the episode's reward, scores and model calls as metrics.
     """
     record = _as_record(episode)
     try:
@@ -83,16 +93,26 @@ def record_episode(
     traces: list[Any] = record["traces"]
     trace_windows = [recorded_window(as_mapping(item)) for item in traces]
     window = episode_window(trace_windows)
-    span = tracer.start_span(_episode_name(record), start_time=window[0])
-    if not span.is_recording():  # sampled out, or no SDK behind the tracer
+    span = tracer.start_span(
+        _episode_name(record),
+        start_time=window[0],
+        attributes={sc.EPISODE_ID: record["id"]},
+        links=(Link(link),) if link is not None else None,
+    )
+    if not span.is_recording():  # sampled out (counted and said), or no SDK behind it
         span.end(end_time=window[1])
+        dropped_episodes.note(span.get_span_context(), record["id"])
         return str(record["id"])
     try:
-        if child_spans:
-            parent = trace_api.set_span_in_context(span)
+        signalled = signals.events is not None or signals.metrics is not None
+        # The episode span as a parent (and a context for events and metrics),
+        # built only when something needs it: most episodes have neither.
+        here = trace_api.set_span_in_context(span) if child_spans or signalled else None
+        if here is not None and child_spans:
             for item, trace_window in zip(traces, trace_windows, strict=True):
-                agent = as_mapping(item)
-                emit_agent_span(tracer, parent, agent, fill_window(trace_window, window), capture)
+                trace = as_mapping(item)
+                trace_span = fill_window(trace_window, window)
+                emit_agent_span(tracer, here, trace, trace_span, capture, signals.events)
         if summary_attributes:
             attributes, error = _episode_attributes(record, traces)
             if child_spans:
@@ -101,7 +121,11 @@ def record_episode(
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR, error))
         else:
+            # Again, after whatever other processors added at the span's start:
+            # an attribute count limit evicts the oldest first.
             span.set_attribute(sc.EPISODE_ID, record["id"])
+        if here is not None and signalled:
+            _emit_signals(signals, record, traces, here, window[1])
         if hand_over is None:
             set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
         else:
@@ -210,8 +234,8 @@ def _episode_attributes(
         if reward is not None:
             attributes[sc.EPISODE_REWARD] = reward
         put_str(attributes, sc.EPISODE_STOP_CONDITION, summary.get("stop_condition"))
-    put_int(attributes, sc.GEN_AI_USAGE_INPUT_TOKENS, _token_total(record, traces, "input"))
-    put_int(attributes, sc.GEN_AI_USAGE_OUTPUT_TOKENS, _token_total(record, traces, "output"))
+    put_int(attributes, sc.EPISODE_INPUT_TOKENS, _token_total(record, traces, "input"))
+    put_int(attributes, sc.EPISODE_OUTPUT_TOKENS, _token_total(record, traces, "output"))
     put_int(
         attributes, sc.RUN_STEP, as_mapping(as_mapping(record.get("run")).get("work")).get("step")
     )
@@ -223,6 +247,23 @@ def _episode_attributes(
     if ok is not False:
         return attributes, None
     return attributes, error_text(last) or "episode not ok"
+
+
+def _emit_signals(
+    signals: Signals,
+    record: Mapping[str, Any],
+    traces: list[Any],
+    context: Context,
+    ended: int,
+) -> None:
+    """The episode's events and metrics, in the episode span's context."""
+    if signals.events is not None:
+        for item in traces:
+            signals.events.evaluation_results(context, as_mapping(item), ended)
+    if signals.metrics is not None:
+        summary = _summary_trace(traces)
+        reward = trace_reward(summary) if summary is not None else None
+        signals.metrics.episode(record, traces, reward, _env_label(record), context)
 
 
 def _example_id(record: Mapping[str, Any], summary: Mapping[str, Any] | None) -> int | str | None:

@@ -15,21 +15,22 @@ from typing import Any
 
 from .. import semconv as sc
 from .._json import parsed_if_json
-from ._fields import EMPTY, Attributes, as_mapping, compact_json, is_int
+from ._fields import EMPTY, Attributes, as_mapping, compact_json, is_int, put_str
 
-__all__ = ["put_input_output", "put_messages"]
+__all__ = ["Messages", "call_messages", "content_text", "put_input_output"]
+
+#: A model call's input and output messages, in the conventions' shape
+#: (lists of ``{"role", "parts"}``; the output's with ``finish_reason``).
+Messages = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 
 
-def put_messages(
-    attributes: Attributes,
-    nodes: list[Any],
-    index: Any,
-    finish_reason: Any,
-    failed: bool,
-) -> None:
-    """Input = the path from the root to the node's parent; output = the node."""
+def call_messages(
+    nodes: list[Any], index: Any, finish_reason: Any, failed: bool
+) -> Messages | None:
+    """Input = the path from the root to the node's parent; output = the
+    node. ``None`` when the call names no node of the graph."""
     if not is_int(index) or not 0 <= index < len(nodes):
-        return
+        return None
     path: list[Any] = []
     parent = as_mapping(nodes[index]).get("parent")
     while is_int(parent) and 0 <= parent < len(nodes) and len(path) < len(nodes):
@@ -40,8 +41,7 @@ def put_messages(
     output = _genai_message(as_mapping(as_mapping(nodes[index]).get("message")))
     reason = finish_reason if isinstance(finish_reason, str) else ("error" if failed else "stop")
     output["finish_reason"] = reason
-    attributes[sc.GEN_AI_INPUT_MESSAGES] = compact_json(inputs)
-    attributes[sc.GEN_AI_OUTPUT_MESSAGES] = compact_json([output])
+    return inputs, [output]
 
 
 def _genai_message(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def _genai_message(message: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(reasoning, str) and reasoning:
         parts.append({"type": "reasoning", "content": reasoning})
     if role == "tool":
-        response = _content_text(message.get("content"))
+        response = content_text(message.get("content"))
         parts.append(
             {"type": "tool_call_response", "id": message.get("tool_call_id"), "response": response}
         )
@@ -59,15 +59,11 @@ def _genai_message(message: Mapping[str, Any]) -> dict[str, Any]:
         parts.extend(_content_parts(message.get("content")))
     for call in message.get("tool_calls") or ():
         tool_call = as_mapping(call)
-        parts.append(
-            {
-                "type": "tool_call",
-                "id": tool_call.get("id"),
-                "name": tool_call.get("name"),
-                # Parsed when the model emitted JSON (what viewers expect).
-                "arguments": parsed_if_json(tool_call.get("arguments")),
-            }
-        )
+        part = {"type": "tool_call", "id": tool_call.get("id")}
+        put_str(part, "name", tool_call.get("name"))
+        # Parsed when the model emitted JSON (what viewers expect).
+        part["arguments"] = parsed_if_json(tool_call.get("arguments"))
+        parts.append(part)
     return {"role": role if isinstance(role, str) else "user", "parts": parts}
 
 
@@ -87,7 +83,7 @@ def _content_parts(content: Any) -> list[dict[str, Any]]:
     return parts
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -105,7 +101,7 @@ def put_input_output(
     nodes = nodes if isinstance(nodes, list) else []
     prompt = next(
         (
-            _content_text(as_mapping(as_mapping(node).get("message")).get("content"))
+            content_text(as_mapping(as_mapping(node).get("message")).get("content"))
             for node in nodes
             if as_mapping(as_mapping(node).get("message")).get("role") == "user"
         ),
@@ -114,7 +110,7 @@ def put_input_output(
     if prompt is None:
         task = as_mapping(trace.get("task")) or as_mapping(record.get("task"))
         given = as_mapping(task.get("data")).get("prompt")
-        prompt = _content_text(given) if given is not None else None
+        prompt = content_text(given) if given is not None else None
     if prompt:
         attributes[sc.INPUT_VALUE] = prompt
         attributes[sc.INPUT_MIME_TYPE] = "text/plain"
@@ -123,7 +119,7 @@ def put_input_output(
     index = last.get("node")
     if is_int(index) and 0 <= index < len(nodes):
         message = as_mapping(as_mapping(nodes[index]).get("message"))
-        completion = _content_text(message.get("content"))
+        completion = content_text(message.get("content"))
         if not completion and message.get("tool_calls"):
             completion = compact_json(message["tool_calls"])
         if completion:

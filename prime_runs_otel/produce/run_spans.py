@@ -15,13 +15,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry.trace import Status, StatusCode, Tracer
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
 
 from .. import semconv as sc
 from .._json import clean_metric_values
 from ..errors import ConfigError
 from ._fields import Attributes, compact_json, is_int
 from .blobs import set_blob
+from .run_metrics import RunMetrics
 from .span_times import epoch_ns
 
 __all__ = ["emit_metrics", "emit_run_end", "emit_run_start"]
@@ -30,8 +32,10 @@ __all__ = ["emit_metrics", "emit_run_end", "emit_run_start"]
 _ERROR_STATUSES = frozenset({"failed", "crashed"})
 
 
-def emit_run_start(tracer: Tracer, config: Mapping[str, Any]) -> None:
-    """Send the run config once, on its own span.
+def emit_run_start(tracer: Tracer, config: Mapping[str, Any]) -> SpanContext:
+    """Send the run config once, on its own span, and return the span's
+    context: the run's other spans link to it (``link=``), so a backend can
+    walk from the run's start to its episodes, metrics and end.
 
     A span of its own (rather than a Resource attribute) because the config
     can be large and must be sent once, not repeated on every exported batch.
@@ -51,6 +55,11 @@ def emit_run_start(tracer: Tracer, config: Mapping[str, Any]) -> None:
         set_blob(span, tracer, sc.RUN_CONFIG, text)
     finally:
         span.end()
+    return span.get_span_context()
+
+
+def _links(link: SpanContext | None) -> tuple[Link, ...] | None:
+    return (Link(link),) if link is not None else None
 
 
 def emit_run_end(
@@ -61,6 +70,7 @@ def emit_run_end(
     episodes_recorded: int | None = None,
     summary: Mapping[str, Any] | None = None,
     episodes_unencodable: int = 0,
+    link: SpanContext | None = None,
 ) -> None:
     """Close the run with its terminal status.
 
@@ -93,7 +103,7 @@ def emit_run_end(
                 f"the run summary is not JSON-serialisable ({exc}); pass plain "
                 "str/int/float/bool/list/dict values"
             ) from exc
-    span = tracer.start_span(sc.RUN_END_SPAN, attributes=attributes)
+    span = tracer.start_span(sc.RUN_END_SPAN, attributes=attributes, links=_links(link))
     try:
         if status in _ERROR_STATUSES:
             span.set_status(Status(StatusCode.ERROR, error or status))
@@ -109,6 +119,8 @@ def emit_metrics(
     *,
     step: int | None = None,
     timestamp: float | None = None,
+    link: SpanContext | None = None,
+    metrics: RunMetrics | None = None,
 ) -> int:
     """Report one training step's metrics on a span of its own; returns the step.
 
@@ -116,6 +128,8 @@ def emit_metrics(
     prime-runs). Non-finite numbers are dropped rather than refused: a NaN
     loss is a fact about the step, not a reason to lose the whole row. The
     platform keeps one row per step, so logging a step again replaces it.
+    ``metrics`` records the row's numbers as the run's ``prime.run.metric``
+    gauge too, in the span's context (a dashboard's exemplar leads to it).
     """
     if not isinstance(values, Mapping):
         raise ConfigError(f"metrics must be a mapping of names to values, got {type(values)}")
@@ -138,10 +152,15 @@ def emit_metrics(
         ) from exc
     attributes: Attributes = {sc.RUN_STEP: int(chosen), sc.RUN_METRICS_TIMESTAMP: float(logged_at)}
     span = tracer.start_span(
-        sc.RUN_METRICS_SPAN, attributes=attributes, start_time=epoch_ns(logged_at) or time.time_ns()
+        sc.RUN_METRICS_SPAN,
+        attributes=attributes,
+        start_time=epoch_ns(logged_at) or time.time_ns(),
+        links=_links(link),
     )
     try:
         set_blob(span, tracer, sc.RUN_METRICS_VALUES, text)
+        if metrics is not None:
+            metrics.step(row, trace_api.set_span_in_context(span))
     finally:
         span.end()
     return int(chosen)

@@ -85,6 +85,7 @@ _LOOKUP_TOOL: dict[str, Any] = {
     },
     "strict": True,
 }
+_SAMPLING = {"temperature": 0.7, "max_tokens": 2048}
 _STEP_REASONING = (
     "The question gives two quantities bought on different days and one unit price. "
     "The total spend is the combined quantity times the price, so the quantities must "
@@ -222,7 +223,7 @@ def _agent(name: str, model: str, trainable: bool, max_turns: int) -> dict[str, 
         "config": {
             "runtime": dict(_RUNTIME),
             "model": model,
-            "sampling": {"temperature": 0.7, "max_tokens": 2048},
+            "sampling": dict(_SAMPLING),
             "max_turns": max_turns,
             "timeout": {},
             "retries": {"max_retries": 0, "rules": []},
@@ -361,6 +362,10 @@ def _call(
 ) -> dict[str, Any]:
     call: dict[str, Any] = {} if node is None else {"node": node}
     call["model"] = SOLVER_MODEL
+    # What verifiers' interception server records of each call: the
+    # effective sampling, and the API path the request went to.
+    call["sampling"] = dict(_SAMPLING)
+    call["endpoint"] = "/chat/completions"
     if finish_reason is not None:
         call["finish_reason"] = finish_reason
     cached = (prompt_tokens // 2) // 64 * 64

@@ -16,6 +16,7 @@ from opentelemetry.trace import Span, Tracer
 
 from .. import semconv as sc
 from ..errors import ConfigError
+from ..sampling import dropped_episodes
 from ._fields import Attributes, is_int
 
 __all__ = ["episode_span", "score_episode"]
@@ -39,7 +40,9 @@ def episode_span(
     The exporter synthesises the episode record from the spans under it, so
     code that is not built on verifiers still reports whole episodes. Set the
     outcome with :func:`score_episode` before the block ends; an exception
-    escaping the block marks the episode failed.
+    escaping the block marks the episode failed. A span the tracer's sampler
+    drops is an episode lost: it is counted and said (see
+    :mod:`prime_runs_otel.sampling`).
     """
     if isinstance(example_id, bool) or not isinstance(example_id, (int, str)):
         raise ConfigError(f"example_id must be an int or a str, got {example_id!r}")
@@ -59,6 +62,8 @@ def episode_span(
     with tracer.start_as_current_span(
         sc.episode_span_name(env), attributes=attributes, record_exception=True
     ) as span:
+        if not span.is_recording():
+            dropped_episodes.note(span.get_span_context(), episode_id or example_id)
         yield span
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -39,11 +39,14 @@ __all__ = [
     "attributes_of",
     "decode_json",
     "decode_protobuf",
+    "parse_json",
+    "parse_protobuf",
     "span_count",
     "span_views",
 ]
 
-#: Fields of a span (and of its links) that OTLP/JSON writes as hex.
+#: Fields of a span (and of its links, and of a log record) that OTLP/JSON
+#: writes as hex.
 _HEX_ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 
 
@@ -53,35 +56,55 @@ class OtlpDecodeError(PrimeRunsOtelError):
 
 def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
     """Parse a binary ``ExportTraceServiceRequest``."""
-    request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except (DecodeError, RecursionError, ValueError) as exc:
-        raise OtlpDecodeError(
-            f"the body is not a valid OTLP protobuf ExportTraceServiceRequest ({exc}); "
-            "send application/x-protobuf bodies encoded by an OTLP exporter"
-        ) from None
-    return request
+    return parse_protobuf(body, ExportTraceServiceRequest())
 
 
 def decode_json(body: bytes) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, unknown
     fields ignored as the OTLP specification asks of receivers)."""
+    return parse_json(body, ExportTraceServiceRequest(), "resourceSpans", _hex_ids_to_base64)
+
+
+_Request = TypeVar("_Request", bound=Message)
+
+
+def parse_protobuf(body: bytes, request: _Request) -> _Request:
+    """``request`` (an empty OTLP export request) parsed from ``body``."""
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        name = request.DESCRIPTOR.name
+        raise OtlpDecodeError(
+            f"the body is not a valid OTLP protobuf {name} ({exc}); "
+            "send application/x-protobuf bodies encoded by an OTLP exporter"
+        ) from None
+    return request
+
+
+def parse_json(
+    body: bytes,
+    request: _Request,
+    top: str,
+    hex_ids_to_base64: Callable[[dict[str, Any]], None],
+) -> _Request:
+    """``request`` parsed from OTLP/JSON ``body`` (a JSON object with a
+    ``top`` array), its hex ids rewritten first by ``hex_ids_to_base64``."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError) as exc:
         raise OtlpDecodeError(f"the body is not valid JSON ({exc})") from None
     if not isinstance(document, dict):
         raise OtlpDecodeError(
-            "an OTLP/JSON body is a JSON object with a 'resourceSpans' array, "
+            f"an OTLP/JSON body is a JSON object with a '{top}' array, "
             f"not a {type(document).__name__}"
         )
-    _hex_ids_to_base64(document)
-    request = ExportTraceServiceRequest()
+    hex_ids_to_base64(document)
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
-        raise OtlpDecodeError(f"the body is not a valid OTLP/JSON trace request: {exc}") from None
+        raise OtlpDecodeError(
+            f"the body is not a valid OTLP/JSON {request.DESCRIPTOR.name}: {exc}"
+        ) from None
     return request
 
 
@@ -162,15 +185,17 @@ def _hex_ids_to_base64(document: dict[str, Any]) -> None:
     Only the places OTLP puts ids are touched; a shape that does not match is
     left for the protobuf parser to reject with its own message.
     """
-    for resource_spans in _objects(_field(document, "resourceSpans", "resource_spans")):
-        for scope_spans in _objects(_field(resource_spans, "scopeSpans", "scope_spans")):
-            for span in _objects(scope_spans.get("spans")):
-                _rewrite_ids(span)
-                for link in _objects(span.get("links")):
-                    _rewrite_ids(link)
+    for resource_spans in json_objects(json_field(document, "resourceSpans", "resource_spans")):
+        for scope_spans in json_objects(json_field(resource_spans, "scopeSpans", "scope_spans")):
+            for span in json_objects(scope_spans.get("spans")):
+                rewrite_hex_ids(span)
+                for link in json_objects(span.get("links")):
+                    rewrite_hex_ids(link)
 
 
-def _rewrite_ids(holder: dict[str, Any]) -> None:
+def rewrite_hex_ids(holder: dict[str, Any]) -> None:
+    """The hex trace and span ids of one OTLP/JSON object, as protobuf's
+    JSON mapping reads ``bytes``."""
     for key in _HEX_ID_FIELDS:
         value = holder.get(key)
         if isinstance(value, str):
@@ -188,10 +213,13 @@ def _hex_to_base64(key: str, value: str) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _field(holder: dict[str, Any], camel: str, snake: str) -> Any:
+def json_field(holder: dict[str, Any], camel: str, snake: str) -> Any:
+    """A field of an OTLP/JSON object, in either spelling."""
     return holder.get(camel, holder.get(snake))
 
 
-def _objects(value: Any) -> Iterator[dict[str, Any]]:
+def json_objects(value: Any) -> Iterator[dict[str, Any]]:
+    """The objects of an OTLP/JSON array (anything else in it is left for
+    the protobuf parser to refuse)."""
     if isinstance(value, list):
         yield from (item for item in value if isinstance(item, dict))

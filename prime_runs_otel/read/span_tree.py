@@ -22,7 +22,7 @@ from .._text import shown
 from .checks import derived_episode_id
 from .dialects.calls import carries_messages, is_model_call
 from .records import UnrecordedEpisode
-from .spans import SpanView
+from .spans import SpanEventView, SpanView
 
 __all__ = ["DEFAULT_MAX_HELD_VALUES", "BufferStats", "SpanTree", "SpanTreeBuffer"]
 
@@ -63,6 +63,10 @@ class BufferStats:
     #: Episodes whose model calls carried no messages (content capture off in
     #: the instrumentation): their records have usage but no conversation.
     episodes_without_messages: int = 0
+    #: Events sent apart from their span (log records in its context) that
+    #: arrived after their episode was synthesised, or whose span never came.
+    late_events: int = 0
+    unclaimed_events: int = 0
 
 
 @dataclass
@@ -78,6 +82,17 @@ class _TraceState:
     closed: bool = False
     #: Attribute values of the held spans (see :func:`_weight`).
     values: int = 0
+    #: Events that came apart from their span (a log record in its context)
+    #: before it, by span id: they join the span when it arrives.
+    events: dict[int, list[SpanEventView]] = field(default_factory=dict)
+
+    def take_events(self, view: SpanView) -> SpanView:
+        """``view`` with the events that came ahead of it."""
+        waiting = self.events.pop(view.span_id, None)
+        if not waiting:
+            return view
+        self.values -= sum(map(_event_weight, waiting))
+        return replace(view, events=(*view.events, *waiting))
 
     def hold(self, view: SpanView) -> bool:
         """Hold ``view``; ``True`` when its id was not held before."""
@@ -129,6 +144,10 @@ def _weight(view: SpanView) -> int:
     takes about a hundred bytes however small it was on the wire, so the
     count of them is what bounds the buffer's memory, more than spans are."""
     return 1 + len(view.attributes) + sum(len(event.attributes) for event in view.events)
+
+
+def _event_weight(event: SpanEventView) -> int:
+    return 1 + len(event.attributes)
 
 
 #: What a released span id stands for: the episode it was synthesised into
@@ -218,6 +237,8 @@ class SpanTreeBuffer:
             return
         state = self._state(view.trace_id)
         before = state.values
+        if state.events:
+            view = state.take_events(view)
         if state.hold(view):
             self._held += 1
         if view.parent_span_id is None and self.settle_seconds == 0:
@@ -236,7 +257,39 @@ class SpanTreeBuffer:
         if (view.trace_id, view.span_id) in self._released:
             return  # a copy of an episode already synthesised (a collector's retry)
         state = self._state(view.trace_id)
+        if state.events and view.span_id not in state.roots:
+            before = state.values
+            episode = replace(episode, view=state.take_events(view))
+            self._values += state.values - before
         state.roots.setdefault(view.span_id, (episode, self._clock()))
+
+    def add_event(self, trace_id: int, span_id: int, event: SpanEventView) -> None:
+        """An event sent apart from its span: a log record in the span's
+        context (the GenAI conventions' ``gen_ai.evaluation.result`` is one).
+        It becomes an event of that span, whichever of the two arrives first;
+        one that comes after its episode was synthesised is counted late."""
+        key = (trace_id, span_id)
+        if key in self._released:
+            released = self._released[key]
+            if released is not None:  # a native episode's needs nothing more
+                self.stats.late_events += 1
+                self._mark_incomplete(released)
+            return
+        state = self._state(trace_id)
+        before = state.values
+        held = state.spans.get(span_id)
+        root = state.roots.get(span_id)
+        if held is not None:
+            state.hold(replace(held, events=(*held.events, event)))
+        elif root is not None:
+            episode, arrived = root
+            view = replace(episode.view, events=(*episode.view.events, event))
+            state.roots[span_id] = (replace(episode, view=view), arrived)
+        else:
+            state.events.setdefault(span_id, []).append(event)
+            state.values += _event_weight(event)
+        self._values += state.values - before
+        self._shrink()
 
     def claim_native(self, view: SpanView) -> None:
         """An episode span that carried its own record: its descendants are
@@ -245,6 +298,11 @@ class SpanTreeBuffer:
         state = self._traces.get(view.trace_id)
         if state is None:
             return
+        waiting = state.events.pop(view.span_id, None)
+        if waiting:
+            weight = sum(map(_event_weight, waiting))
+            state.values -= weight
+            self._values -= weight
         members = state.subtree(view.span_id)
         self._drop(state, members)
         self._remember(view.trace_id, members, None)
@@ -356,10 +414,11 @@ class SpanTreeBuffer:
         if (
             flush
             or state.closed
-            or not state.spans
+            or not (state.spans or state.events)
             or now - state.last_seen >= self.max_wait_seconds
         ):
             self.stats.unclaimed_model_calls += sum(map(is_model_call, state.spans.values()))
+            self.stats.unclaimed_events += sum(map(len, state.events.values()))
             self._held -= len(state.spans)
             self._values -= state.values
             del self._traces[trace_id]
