@@ -22,8 +22,10 @@ from ..collector.bodies import DECODE_EXPANSION
 from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 from ..collector.receiver import run_receiver
 from ..collector.receiver_config import (
+    DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MEMORY_BYTES,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
@@ -104,6 +106,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="seconds a request body may take to arrive in full (default: %(default)g)",
     )
     parser.add_argument(
+        "--header-timeout",
+        type=positive_float,
+        default=DEFAULT_HEADER_TIMEOUT,
+        help="seconds the head of a request may take to arrive; a connection that sends "
+        "nothing, or stops half-way, is closed then (default: %(default)g)",
+    )
+    parser.add_argument(
         "--settle-seconds",
         type=non_negative_float,
         default=DEFAULT_SETTLE_SECONDS,
@@ -121,6 +130,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_WORKERS,
         help="requests decoded and committed at once (default: %(default)d)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="HTTP connections open at once, fewer if the descriptor limit is low; past it a "
+        "request gets 503 Retry-After (default: %(default)d)",
     )
     parser.add_argument(
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
@@ -141,6 +157,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         memory_bytes=int(args.memory_mib * MiB),
         settle_seconds=args.settle_seconds,
         max_held_spans=args.max_held_spans,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     watcher = RunWatcher(settings)

@@ -33,12 +33,14 @@ JSON_TYPE = "application/json"
 
 
 class BodyError(Exception):
-    """A request the HTTP front refuses before decoding it."""
+    """A request the HTTP front refuses before decoding it; ``retry_after``
+    (seconds) for a refusal the client is to retry (a 503)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 def decompress(body: bytes, encoding: str, limit: int) -> bytes:

@@ -30,6 +30,7 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
 from .._text import shown
 from ..errors import ConfigError
 from ..read.otlp import OtlpDecodeError
+from .admission import OVERLOAD_RETRY_AFTER, admitted_calls, overload_log, overload_message
 from .bodies import (
     JSON_TYPE,
     BodyError,
@@ -39,6 +40,12 @@ from .bodies import (
     decompress,
     media_type,
     too_large,
+)
+from .http_connections import (
+    KEEP_ALIVE_TIMEOUT,
+    OVER_CAP,
+    guarded_connection,
+    quiet_accept_errors,
 )
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, MiB, ReceiverConfig
@@ -70,6 +77,10 @@ class HttpReceiver(Protocol):
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict: ...
 
 
+#: The retry hint of a body that arrived too slowly, or could not be decoded
+#: for want of memory: the cause may last a while.
+SLOW_BODY_RETRY_AFTER = 5
+
 _GRPC_CODE_OF_STATUS = {
     400: code_pb2.INVALID_ARGUMENT,
     401: code_pb2.UNAUTHENTICATED,
@@ -93,17 +104,35 @@ class OtlpHttpApp:
     def __init__(self, receiver: HttpReceiver) -> None:
         self._receiver = receiver
         self._config = receiver.config
+        #: Export requests taken at once; more are answered 503 Retry-After.
+        self._limit = admitted_calls(receiver.config.workers)
+        self._overload = overload_log("OTLP/HTTP", self._limit)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         path = scope["path"].rstrip("/") or "/"
         method = scope["method"]
+        # A connection past the cap gets its health check answered, an
+        # export told to come back, and is closed either way.
+        over_cap = bool(scope.get("state", {}).get(OVER_CAP))
+        close = {"connection": "close"} if over_cap else {}
         if path in ("/healthz", "/readyz"):
             if method not in ("GET", "HEAD"):
-                await _send_json(send, 405, {"error": "use GET"}, allow="GET")
+                await _send_json(send, 405, {"error": "use GET"}, allow="GET", **close)
                 return
-            await self._health(send, ready=path == "/readyz")
+            await self._health(send, ready=path == "/readyz", **close)
+            return
+        if over_cap:
+            await _send_status(
+                send,
+                503,
+                "serve has as many connections open as it takes; retry shortly (or raise "
+                "serve's --max-connections, or keep fewer connections to it)",
+                None,
+                retry_after=str(OVERLOAD_RETRY_AFTER),
+                **close,
+            )
             return
         if path != TRACES_PATH:
             await _send_status(
@@ -119,15 +148,16 @@ class OtlpHttpApp:
         finally:
             self._receiver.in_flight -= 1
 
-    async def _health(self, send: Send, *, ready: bool) -> None:
+    async def _health(self, send: Send, *, ready: bool, **headers: str) -> None:
         if not ready:
-            await _send_json(send, 200, {"status": "ok", "in_flight": self._receiver.in_flight})
+            state = {"status": "ok", "in_flight": self._receiver.in_flight}
+            await _send_json(send, 200, state, **headers)
             return
         problem = self._receiver.not_ready_reason()
         if problem is None:
-            await _send_json(send, 200, {"status": "ready"})
+            await _send_json(send, 200, {"status": "ready"}, **headers)
         else:
-            await _send_json(send, 503, {"status": "not ready", "reason": problem})
+            await _send_json(send, 503, {"status": "not ready", "reason": problem}, **headers)
 
     async def _export(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
@@ -153,6 +183,19 @@ class OtlpHttpApp:
                 None,
             )
             return
+        if self._receiver.in_flight > self._limit:
+            # Refused before its body is read: waiting, it would hold its
+            # memory and its connection for nothing.
+            self._overload.happened()
+            await _drain(receive, self._config.max_body_bytes)
+            await _send_status(
+                send,
+                503,
+                overload_message(self._limit),
+                content_type,
+                retry_after=str(OVERLOAD_RETRY_AFTER),
+            )
+            return
         try:
             body = await _read_body(
                 receive, headers, self._config.max_body_bytes, self._config.read_timeout
@@ -165,7 +208,8 @@ class OtlpHttpApp:
             )
         except BodyError as exc:
             logger.warning("Refused an OTLP/HTTP request: %s", exc.message)
-            await _send_status(send, exc.status, exc.message, content_type)
+            retry = {} if exc.retry_after is None else {"retry_after": str(exc.retry_after)}
+            await _send_status(send, exc.status, exc.message, content_type, **retry)
             return
         await _send_verdict(send, verdict, content_type)
 
@@ -177,6 +221,16 @@ class OtlpHttpApp:
                 request = decode_body(data, content_type)
             except OtlpDecodeError as exc:
                 raise BodyError(400, str(exc)) from None
+            except MemoryError:
+                # This process's state, not the request's fault: a 500 (what
+                # an exception would get) is permanent to OTLP clients.
+                logger.error("Decoding an OTLP/HTTP request ran out of memory; it is retried")
+                raise BodyError(
+                    503,
+                    "serve ran out of memory decoding the request; retry later (or lower "
+                    "serve's --memory-mib so requests wait their turn instead)",
+                    retry_after=SLOW_BODY_RETRY_AFTER,
+                ) from None
             del data
             return self._receiver.intake.accept(request)
 
@@ -208,8 +262,13 @@ async def _read_body(
     try:
         return await asyncio.wait_for(_read_chunks(receive, limit), timeout)
     except asyncio.TimeoutError:
+        # 503, not 408: OTLP clients drop a batch answered 408, and a body
+        # that is merely slow (a congested link) is still to be delivered.
         raise BodyError(
-            408, f"the body did not arrive within {timeout:g}s; send it at once"
+            503,
+            f"the body did not arrive within {timeout:g}s; send it at once (or raise "
+            "serve's --read-timeout, or send smaller batches over a slow link)",
+            retry_after=SLOW_BODY_RETRY_AFTER,
         ) from None
 
 
@@ -306,30 +365,39 @@ def _encode(message: Any, content_type: str) -> bytes:
 # -- the server --------------------------------------------------------------------------
 
 
-def http_server(receiver: HttpReceiver) -> HttpServer:
+def http_server(receiver: HttpReceiver, connection_cap: int, descriptors: int) -> HttpServer:
     """uvicorn serving :class:`OtlpHttpApp` for ``receiver``, on the socket
-    :func:`listen` bound (given to :meth:`HttpServer.serve`)."""
+    :func:`listen` bound (given to :meth:`HttpServer.serve`), with at most
+    ``connection_cap`` connections open at once (see :mod:`.http_connections`)."""
     config = receiver.config
     return HttpServer(
         uvicorn.Config(
             OtlpHttpApp(receiver),
+            http=guarded_connection(connection_cap, config.header_timeout),
             log_level="warning",
             access_log=False,
             lifespan="off",
             ws="none",
+            timeout_keep_alive=int(KEEP_ALIVE_TIMEOUT),
             timeout_graceful_shutdown=int(config.shutdown_grace),
             server_header=False,
         ),
         receiver,
+        descriptors,
     )
 
 
 class HttpServer(uvicorn.Server):
     """uvicorn, with the receiver's own shutdown steps around its drain."""
 
-    def __init__(self, config: uvicorn.Config, receiver: HttpReceiver) -> None:
+    def __init__(self, config: uvicorn.Config, receiver: HttpReceiver, descriptors: int) -> None:
         super().__init__(config)
         self._receiver = receiver
+        self._descriptors = descriptors
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        quiet_accept_errors(asyncio.get_running_loop(), self._descriptors)
+        await super().serve(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         grpc_stopped = self._receiver.begin_stop()

@@ -27,11 +27,17 @@ DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_MEMORY_BYTES = 2048 * MiB
 #: How long a request body may take to arrive, from its first byte to its last.
 DEFAULT_READ_TIMEOUT = 120.0
+#: How long the head of a request (its request line and headers) may take to
+#: arrive: a connection that sends nothing, or stops half-way, is closed then.
+DEFAULT_HEADER_TIMEOUT = 10.0
 #: How long in-flight requests may take to finish after a stop signal.
 DEFAULT_SHUTDOWN_GRACE = 30.0
 #: Requests decoded and committed at once; the rest wait their turn. Spool
 #: commits serialise anyway, and each large request holds its body in memory.
 DEFAULT_WORKERS = 4
+#: HTTP connections open at once (fewer when the descriptor limit is low).
+#: Idle ones close after a few seconds, so this is about bursts and abuse.
+DEFAULT_MAX_CONNECTIONS = 1000
 TOKEN_ENV = "PRIME_RUNS_OTEL_SERVE_TOKEN"
 
 
@@ -52,6 +58,8 @@ class ReceiverConfig:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     max_held_spans: int = DEFAULT_MAX_HELD_SPANS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""
@@ -75,6 +83,10 @@ class ReceiverConfig:
             raise ConfigError("the wait for an episode's spans cannot be negative")
         if self.max_held_spans < 1:
             raise ConfigError("serve must be able to hold at least one span for synthesis")
+        if self.header_timeout <= 0:
+            raise ConfigError("the time a request head may take must be positive")
+        if self.max_connections < 1:
+            raise ConfigError("serve must take at least one HTTP connection")
 
 
 def is_loopback(host: str) -> bool:
