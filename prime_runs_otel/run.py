@@ -691,7 +691,7 @@ def start_run(
     )
     if owns_run or metadata:
         # A worker's empty config must not stand in for the owner's.
-        emit_run_start(run.tracer, metadata)
+        emit_run_start(run.tracer, metadata, owner=owns_run)
     return run
 
 

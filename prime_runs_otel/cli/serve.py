@@ -132,6 +132,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="requests decoded and committed at once (default: %(default)d)",
     )
     parser.add_argument(
+        "--allow-attach",
+        action="store_true",
+        help="let senders add to a platform run that already exists, named by its id in "
+        "prime.run.attach (hosted evals and training runs); without it such runs are refused",
+    )
+    parser.add_argument(
         "--max-connections",
         type=positive_int,
         default=DEFAULT_MAX_CONNECTIONS,
@@ -159,6 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_held_spans=args.max_held_spans,
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
+        allow_attach=args.allow_attach,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     watcher = RunWatcher(settings)

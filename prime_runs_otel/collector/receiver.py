@@ -57,6 +57,7 @@ class Receiver:
             self.uploader,
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
+            allow_attach=config.allow_attach,
         )
         self.memory = DecodeBudget(config.memory_bytes)
         self._releasing = threading.Event()

@@ -60,6 +60,8 @@ class ReceiverConfig:
     max_held_spans: int = DEFAULT_MAX_HELD_SPANS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    #: Whether spans may name a platform run to add to (``prime.run.attach``).
+    allow_attach: bool = False
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeAlias
 
 from .. import semconv
@@ -186,7 +186,15 @@ def _group_one(
         if isinstance(item, (EpisodeArrival, CorruptEpisode, UnrecordedEpisode)):
             grouped.unattributed += 1
         return
+    if isinstance(item, (RunStart, RunEnd)):
+        item = replace(item, producer=_producer_of(view.resource))
     _file(batches.by_run[key], key, item)
+
+
+def _producer_of(resource: Mapping[str, Any]) -> str:
+    """The producer a Resource names (``service.instance.id``; ``""``: none)."""
+    instance = resource.get(semconv.SERVICE_INSTANCE_ID)
+    return instance if isinstance(instance, str) else ""
 
 
 def _file(
