@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._text import configure_logging
-from ..collector.bodies import DECODE_EXPANSION
+from ..collector.bodies import BYTE_COST, VALUE_COST
 from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 from ..collector.receiver import run_receiver
 from ..collector.receiver_config import (
@@ -26,6 +26,7 @@ from ..collector.receiver_config import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_VALUES,
     DEFAULT_MEMORY_BYTES,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
@@ -80,6 +81,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="largest request accepted, after decompression (default: %(default)g)",
     )
     parser.add_argument(
+        "--max-values",
+        type=positive_int,
+        default=DEFAULT_MAX_VALUES,
+        help="values (spans, attributes, array elements) one request may hold; more is "
+        "refused with 413, counted before decoding (default: %(default)d)",
+    )
+    parser.add_argument(
         "--idle-timeout",
         type=non_negative_float,
         default=DEFAULT_IDLE_TIMEOUT,
@@ -96,8 +104,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--memory-mib",
         type=float,
         default=DEFAULT_MEMORY_BYTES / MiB,
-        help=f"memory the requests being decoded may take together, counted as "
-        f"{DECODE_EXPANSION}x each decompressed body; more waits its turn (default: %(default)g)",
+        help=f"memory the requests being decoded may take together, each counted as {BYTE_COST} "
+        f"bytes per decompressed byte plus {VALUE_COST} per value in it; more waits its turn "
+        "(default: %(default)g)",
     )
     parser.add_argument(
         "--read-timeout",
@@ -166,6 +175,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
         allow_attach=args.allow_attach,
+        max_values=args.max_values,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     watcher = RunWatcher(settings)

@@ -39,7 +39,7 @@ from .admission import (
     overload_log,
     overload_message,
 )
-from .bodies import DecodeBudget, bearer_matches
+from .bodies import DecodeBudget, bearer_matches, count_values, decode_cost, too_many_values
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .receiver_config import MiB, ReceiverConfig
 
@@ -129,7 +129,11 @@ class OtlpGrpcService:
         raise AssertionError("abort_with_status() returns only by raising")
 
     def _accept(self, body: bytes) -> Verdict:
-        with self._receiver.memory.reserve(len(body)):
+        limit = self._receiver.config.max_values
+        values = count_values(body, limit)
+        if values > limit:
+            return Verdict("invalid", too_many_values(limit).message)
+        with self._receiver.memory.reserve(decode_cost(len(body), values)):
             try:
                 request = decode_protobuf(body)
             except OtlpDecodeError as exc:

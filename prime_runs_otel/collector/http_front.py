@@ -29,7 +29,7 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
 
 from .._text import shown
 from ..errors import ConfigError
-from ..read.otlp import OtlpDecodeError
+from ..read.otlp import OtlpDecodeError, OtlpTooManyValues
 from .admission import OVERLOAD_RETRY_AFTER, admitted_calls, overload_log, overload_message
 from .bodies import (
     JSON_TYPE,
@@ -37,9 +37,12 @@ from .bodies import (
     DecodeBudget,
     bearer_matches,
     decode_body,
+    decode_cost,
     decompress,
     media_type,
     too_large,
+    too_many_values,
+    values_bound,
 )
 from .http_connections import (
     KEEP_ALIVE_TIMEOUT,
@@ -216,9 +219,13 @@ class OtlpHttpApp:
     def _accept(self, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
         data = decompress(body, encoding, self._config.max_body_bytes)
-        with self._receiver.memory.reserve(len(data)):
+        limit = self._config.max_values
+        values = values_bound(data, content_type, limit)
+        with self._receiver.memory.reserve(decode_cost(len(data), values)):
             try:
-                request = decode_body(data, content_type)
+                request = decode_body(data, content_type, limit)
+            except OtlpTooManyValues:
+                raise too_many_values(limit) from None
             except OtlpDecodeError as exc:
                 raise BodyError(400, str(exc)) from None
             except MemoryError:

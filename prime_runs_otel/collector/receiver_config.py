@@ -21,10 +21,14 @@ DEFAULT_MAX_BODY_BYTES = 256 * MiB
 #: A producer that sends nothing for this long and never sent its end span
 #: is taken to have crashed. Long enough for slow rollouts between episodes.
 DEFAULT_IDLE_TIMEOUT = 3600.0
-#: Memory the requests being decoded may take together, estimated as
-#: :data:`.bodies.DECODE_EXPANSION` times each decompressed body (see
-#: :class:`.bodies.DecodeBudget`).
+#: Memory the requests being decoded may take together, each estimated from
+#: its size and the values in it (see :func:`.bodies.decode_cost`).
 DEFAULT_MEMORY_BYTES = 2048 * MiB
+#: Values (spans, attributes, array elements, ...) one request may hold. A
+#: collector's batch of a few hundred spans holds tens of thousands; a body
+#: of millions of empty attributes is a few hundred KiB of gzip and would take
+#: gigabytes to decode. At this bound a request decodes in about 250 MiB.
+DEFAULT_MAX_VALUES = 1_000_000
 #: How long a request body may take to arrive, from its first byte to its last.
 DEFAULT_READ_TIMEOUT = 120.0
 #: How long the head of a request (its request line and headers) may take to
@@ -62,6 +66,7 @@ class ReceiverConfig:
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     #: Whether spans may name a platform run to add to (``prime.run.attach``).
     allow_attach: bool = False
+    max_values: int = DEFAULT_MAX_VALUES
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""
@@ -77,6 +82,8 @@ class ReceiverConfig:
             raise ConfigError("the idle timeout must be a positive number of seconds")
         if self.workers < 1:
             raise ConfigError("serve needs at least one worker")
+        if self.max_values < 1:
+            raise ConfigError("serve must take at least one value per request")
         if self.memory_bytes < 1:
             raise ConfigError("serve needs some memory to decode requests in")
         if self.read_timeout <= 0:

@@ -35,6 +35,7 @@ from .spans import SpanEventView, SpanView
 
 __all__ = [
     "OtlpDecodeError",
+    "OtlpTooManyValues",
     "any_value",
     "attributes_of",
     "decode_json",
@@ -51,6 +52,10 @@ class OtlpDecodeError(PrimeRunsOtelError):
     """The body is not a valid OTLP trace request; the message says why."""
 
 
+class OtlpTooManyValues(OtlpDecodeError):
+    """The body holds more JSON objects than the caller takes in one request."""
+
+
 def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
     """Parse a binary ``ExportTraceServiceRequest``."""
     request = ExportTraceServiceRequest()
@@ -64,11 +69,28 @@ def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
     return request
 
 
-def decode_json(body: bytes) -> ExportTraceServiceRequest:
+def decode_json(body: bytes, max_objects: int | None = None) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, unknown
-    fields ignored as the OTLP specification asks of receivers)."""
+    fields ignored as the OTLP specification asks of receivers).
+
+    ``max_objects``: refuse (:class:`OtlpTooManyValues`) a body of more JSON
+    objects than that, as soon as the parser meets one too many: a body of
+    ``{}`` takes some hundred bytes of memory per two bytes of body.
+    """
+    count = 0
+
+    def counted(obj: dict[str, Any]) -> dict[str, Any]:
+        nonlocal count
+        count += 1
+        if max_objects is not None and count > max_objects:
+            raise OtlpTooManyValues(
+                f"the body holds more than {max_objects} JSON objects (spans, attributes, "
+                "values); send smaller batches"
+            )
+        return obj
+
     try:
-        document = json.loads(body)
+        document = json.loads(body, object_hook=counted if max_objects is not None else None)
     except (ValueError, RecursionError) as exc:
         raise OtlpDecodeError(f"the body is not valid JSON ({exc})") from None
     if not isinstance(document, dict):
