@@ -477,8 +477,9 @@ def _rejection_message(
         parts.append(f"{unattributed} episode span(s) without {semconv.RUN_ID} on their Resource")
     if corrupt:
         parts.append(
-            f"{corrupt} episode record(s) damaged on the way (an attribute limit in an SDK or "
-            "collector?); they are counted as lost on their run"
+            f"{corrupt} episode(s) that cannot be used, counted as lost on their run: a record "
+            "damaged on the way (an attribute limit in an SDK or collector?), or an episode "
+            "span with another run's ids; the receiver's log names each and says why"
         )
     return "; ".join(parts)
 

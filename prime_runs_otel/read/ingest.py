@@ -174,8 +174,14 @@ def _group_one(
             trees.add(view)
         return
     if isinstance(item, UnrecordedEpisode) and trees is not None:
-        trees.add_episode(item)
-        return
+        if trees.add_episode(item):
+            return
+        # Taken, it would be mistaken for the other run's episode: counted lost.
+        item = CorruptEpisode(
+            item.episode_id,
+            "its episode span has the trace and span ids of another run's episode span, "
+            "which were taken first; give each episode span ids of its own",
+        )
     if isinstance(item, (EpisodeArrival, CorruptEpisode)) and trees is not None:
         # Its agent and model-call spans are its own, damaged or not: they
         # wait for nothing, and are no model calls "under no episode span".

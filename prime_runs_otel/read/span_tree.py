@@ -124,6 +124,11 @@ class _TraceState:
                 del self.children[view.parent_span_id]
 
 
+def _run_of(episode: UnrecordedEpisode) -> str:
+    run = episode.view.resource.get(sc.RUN_ID)
+    return run if isinstance(run, str) else ""
+
+
 def _weight(view: SpanView) -> int:
     """What holding ``view`` costs, in attribute values: a decoded attribute
     takes about a hundred bytes however small it was on the wire, so the
@@ -185,6 +190,8 @@ class SpanTreeBuffer:
         self._held = 0
         self._forced: list[SpanTree] = []
         self._released: OrderedDict[tuple[int, int], _Released] = OrderedDict()
+        #: The run of each released episode span, by its ids.
+        self._released_roots: OrderedDict[tuple[int, int], str] = OrderedDict()
         self._incomplete: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._warned_runs: OrderedDict[str, None] = OrderedDict()
         self.root_traces_as_episodes = root_traces_as_episodes
@@ -230,13 +237,23 @@ class SpanTreeBuffer:
         self._root_traces.add((view.trace_id, view.span_id))
         self.add_episode(UnrecordedEpisode(derived_episode_id(view), view))
 
-    def add_episode(self, episode: UnrecordedEpisode) -> None:
-        """An episode span whose record is to be synthesised."""
+    def add_episode(self, episode: UnrecordedEpisode) -> bool:
+        """An episode span whose record is to be synthesised; ``False`` when
+        it cannot be: another run's episode span had the same trace and span
+        ids (it would only be taken for that one, so the caller counts it).
+        A copy of an episode of the same run (a collector's retry) is taken
+        as the one already held or synthesised."""
         view = episode.view
-        if (view.trace_id, view.span_id) in self._released:
-            return  # a copy of an episode already synthesised (a collector's retry)
+        key = (view.trace_id, view.span_id)
+        run = _run_of(episode)
+        if key in self._released:
+            return self._released_roots.get(key) == run
         state = self._state(view.trace_id)
-        state.roots.setdefault(view.span_id, (episode, self._clock()))
+        held = state.roots.get(view.span_id)
+        if held is not None:
+            return _run_of(held[0]) == run
+        state.roots[view.span_id] = (episode, self._clock())
+        return True
 
     def claim_native(self, view: SpanView) -> None:
         """An episode span that carried its own record: its descendants are
@@ -318,6 +335,7 @@ class SpanTreeBuffer:
         spans = tuple(state.spans[member] for member in members)
         self._drop(state, members)
         self._remember(trace_id, [span_id, *members], (trace_id, span_id))
+        self._remember_root(episode)
         if not complete:
             self._mark_incomplete((trace_id, span_id))
         self._check_content(episode, spans)
@@ -384,6 +402,7 @@ class SpanTreeBuffer:
         trees = []
         for span_id, (episode, _) in state.roots.items():
             self._remember(trace_id, [span_id], (trace_id, span_id))
+            self._remember_root(episode)
             self._mark_incomplete((trace_id, span_id))
             trees.append(SpanTree(episode, (), complete=False))
         return trees
@@ -434,6 +453,11 @@ class SpanTreeBuffer:
             self._released[(trace_id, span_id)] = episode
         while len(self._released) > self._MAX_REMEMBERED:
             self._released.popitem(last=False)
+
+    def _remember_root(self, episode: UnrecordedEpisode) -> None:
+        self._released_roots[(episode.view.trace_id, episode.view.span_id)] = _run_of(episode)
+        while len(self._released_roots) > self._MAX_REMEMBERED:
+            self._released_roots.popitem(last=False)
 
     def _drop(self, state: _TraceState, members: Iterable[int]) -> None:
         before = state.values
