@@ -507,6 +507,40 @@ def test_runs_prints_hostile_names_escaped(store_with_hostile_run: Path) -> None
 # -- serve as a process: bodies, readiness, stopping --------------------------------------
 
 
+#: What JSON leaves raw although a terminal acts on it: a C1 control (CSI),
+#: DEL, a right-to-left override, a line separator.
+_RAW_FOR_JSON = "run \x9b31m\x7f \u202eflipped\u2028"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["runs", "--json"], ["show", "json-run", "--json"], ["doctor", "--json"]],
+    ids=["runs", "show", "doctor"],
+)
+def test_every_json_output_escapes_what_a_terminal_acts_on(
+    tmp_path: Path, command: list[str]
+) -> None:
+    folder = tmp_path / "store"
+    spool = Spool(folder / "spool.sqlite3", max_bytes=10**9)
+    spool.ingest([RunBatch(RunIdentity("json-run", name=_RAW_FOR_JSON))], mode="local")
+    spool.close()
+    env = {**os.environ, "PRIME_RUNS_OTEL_DIR": str(folder), "PRIME_RUNS_MODE": "local"}
+    done = subprocess.run(
+        [sys.executable, "-m", "prime_runs_otel.cli", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout, done.stderr
+    for raw in "\x9b\x7f\u202e\u2028":
+        assert raw not in done.stdout, repr(raw)
+    parsed = json.loads(done.stdout)
+    if command[0] != "doctor":
+        names = [run["name"] for run in parsed] if command[0] == "runs" else [parsed["name"]]
+        assert names == [_RAW_FOR_JSON]  # escaped, not changed
+
+
 def _raw_exchange(port: int, head: bytes, body: bytes = b"", wait: float = 30.0) -> bytes:
     """Send ``head`` and ``body`` and read whatever the server answers."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
