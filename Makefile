@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol
+.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,15 @@ test: lint typecheck
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	echo "collector: $$bin" && \
 	OTELCOL_BIN="$$bin" $(BIN)/python -m pytest -q
+
+# Long soak runs, not part of `make test` (the suite runs each at a size that
+# takes seconds): platform faults, overload and kills together, at scale,
+# with exact accounting. Add a soak test to SOAK_TESTS; each reads SOAK=long.
+SOAK_TESTS := tests/test_soak.py
+
+soak: $(TESTING)
+	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
+	OTELCOL_BIN="$$bin" SOAK=long $(BIN)/python -m pytest -q $(SOAK_TESTS)
 
 bench: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from collector import cpu_seconds, free_port, wait_port
+from collector import cpu_seconds
+from hostile import start_serve
 
 from prime_runs_otel.config import DEFAULT_SPOOL_MAX_BYTES
 from prime_runs_otel.deliver.spool import Spool
@@ -52,32 +52,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         spool_dir = Path(root) / "spool"
         fill(spool_dir, args.runs)
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))}
-        port = free_port()
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "prime_runs_otel.cli.serve",
-                "--http-port",
-                str(port),
-                "--no-grpc",
-                "--spool-dir",
-                str(spool_dir),
-            ],
-            env={**base, "PRIME_RUNS_MODE": "local", "HOME": root},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        # The last --spool-dir given wins: the one filled above.
+        serve, _ = start_serve(root, "--spool-dir", str(spool_dir))
         try:
-            wait_port(port, serve, "serve")
             time.sleep(3.0)  # past start-up and the first look at every run
-            before = cpu_seconds(serve.pid)
+            before = cpu_seconds(serve.pid)  # type: ignore[attr-defined]
             time.sleep(args.seconds)
-            used = cpu_seconds(serve.pid) - before
+            used = cpu_seconds(serve.pid) - before  # type: ignore[attr-defined]
         finally:
-            serve.terminate()
-            serve.wait()
+            serve.terminate()  # type: ignore[attr-defined]
+            serve.wait()  # type: ignore[attr-defined]
     print(f"serve_idle_cpu_{args.runs}_open_runs {used / args.seconds:.3f} cores")
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +37,6 @@ RUNS = 24
 EPISODES_PER_RUN = 5
 #: Far more calls at once than ``serve --workers 1`` admits (4).
 CONSUMERS = 40
-
-
-@pytest.fixture
-def started() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        if isinstance(thing, Otelcol):
-            thing.stop()
-        elif isinstance(thing, ServeProcess) and thing.process is not None:
-            thing.stop(signal.SIGKILL)
 
 
 def _collector_to_serve(
