@@ -16,7 +16,7 @@ TESTING := $(VENV)/.installed-test
 # the tests start many Python processes that import the same packages.
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
 
-.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium semconv
+.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium semconv soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,15 @@ chromium:
 # the workers; PYTEST_ARGS goes to pytest.
 test:
 	@MAKE="$(MAKE)" $(PYTHON) tests/check_all.py $(PYTEST_ARGS)
+
+# Long soak runs, not part of `make test` (the suite runs each at a size that
+# takes seconds): platform faults, overload and kills together, at scale,
+# with exact accounting. Add a soak test to SOAK_TESTS; each reads SOAK=long.
+SOAK_TESTS := tests/test_soak.py
+
+soak: $(TESTING)
+	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
+	OTELCOL_BIN="$$bin" SOAK=long $(BIN)/python -m pytest -q $(SOAK_TESTS)
 
 bench: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \

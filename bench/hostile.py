@@ -8,6 +8,9 @@ waits behind them.
 - tiny attributes: concurrent bodies made of nothing but tiny attributes (the
   worst memory expansion a decoded body has): peak RSS of serve, with the
   default decode budget and with none to speak of.
+- a gzip bomb of empty attributes: one small gzip body that inflates to a
+  few hundred MiB of two-byte attributes: peak RSS of serve, and how long an
+  honest request sent beside it takes.
 
 Each also reports how long an honest one-episode request took meanwhile.
 
@@ -170,6 +173,45 @@ def tiny_attributes(root: str, bodies: int, mib: int) -> None:
         serve.wait()  # type: ignore[attr-defined]
 
 
+def gzip_empty_attributes(root: str, mib: int) -> None:
+    body = ExportTraceServiceRequest()
+    resource_spans = body.resource_spans.add()
+    resource_spans.resource.attributes.add(
+        key="prime.run.id", value=AnyValue(string_value="bench-hostile")
+    )
+    scope = resource_spans.scope_spans.add()
+    per_span = 100_000
+    for index in range(mib * 1024 * 1024 // (2 * per_span)):
+        target = scope.spans.add(name="span", span_id=(index + 1).to_bytes(8, "big"))
+        target.trace_id = (3).to_bytes(16, "big")
+        target.attributes.extend(KeyValue() for _ in range(per_span))
+    compressed = gzip.compress(body.SerializeToString(), 9)
+    serve, port = start_serve(root)
+    bomb = threading.Thread(
+        target=httpx.post,
+        args=(f"http://127.0.0.1:{port}/v1/traces",),
+        kwargs={
+            "content": compressed,
+            "headers": {**PROTOBUF, "content-encoding": "gzip"},
+            "timeout": 600,
+        },
+    )
+    bomb.start()
+    waited = 0.0
+    while bomb.is_alive():  # the longest an honest request waited meanwhile
+        waited = max(waited, honest_wait(port))
+        time.sleep(0.2)
+    bomb.join()
+    peak = peak_rss_mib(serve.pid)  # type: ignore[attr-defined]
+    print(
+        f"gzip bomb of empty attributes: {len(compressed) / 1024:.0f} KiB gzip "
+        f"({mib} MiB inflated) -> peak RSS of serve {peak:.0f} MiB; honest requests "
+        f"beside it took up to {waited:.2f} s"
+    )
+    serve.terminate()  # type: ignore[attr-defined]
+    serve.wait()  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=8)
@@ -180,6 +222,7 @@ def main() -> None:
         gzip_members(root, args.mib)
         wide_trace(root, args.episodes)
         tiny_attributes(root, args.bodies, args.mib * 4)
+        gzip_empty_attributes(root, args.mib * 25)
 
 
 if __name__ == "__main__":

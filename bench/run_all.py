@@ -27,6 +27,7 @@ def main() -> None:
         run("offered_load.py", "--rates", "500,2000", "--duration", "5")
         run("collector.py", "--episodes", "500")
         run("hostile.py", "--mib", "2", "--episodes", "1000", "--bodies", "2")
+        run("idle_runs.py", "--runs", "2000", "--seconds", "3")
         run("scaling.py", "--checkpoints", "2000,10000")
     else:
         run("in_process.py", "--episodes", "2000", "--rounds", "3")
@@ -43,6 +44,7 @@ def main() -> None:
         run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
         run("collector.py")
         run("hostile.py")
+        run("idle_runs.py")
         # Last: the longest (a million episodes take a while on two cores).
         run("scaling.py", "--checkpoints", "10000,100000,1000000")
 

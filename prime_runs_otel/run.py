@@ -821,7 +821,7 @@ def start_run(
     )
     if owns_run or metadata:
         # A worker's empty config must not stand in for the owner's.
-        run.start_link = emit_run_start(run.tracer, metadata)
+        run.start_link = emit_run_start(run.tracer, metadata, owner=owns_run)
     return run
 
 

@@ -44,6 +44,10 @@ SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.1"
 # --------------------------------------------------------------------------
 
 SERVICE_NAME: Final = "service.name"
+#: The producer process (standard OpenTelemetry): ``serve`` takes a run's end
+#: only from the producer that owns the run (see ``RUN_OWNER``). A fresh
+#: uuid4 per process unless the caller or ``OTEL_RESOURCE_ATTRIBUTES`` sets it.
+SERVICE_INSTANCE_ID: Final = "service.instance.id"
 #: Used when neither the caller nor ``OTEL_SERVICE_NAME`` names the service,
 #: so backends do not file runs under the SDK's ``unknown_service``.
 DEFAULT_SERVICE_NAME: Final = "prime-runs-otel"
@@ -89,6 +93,10 @@ RUN_START_SPAN: Final = "prime.run.start"
 #: Blob (see below) holding the JSON of the platform metadata mapping: config
 #: fields plus ``config_source`` when the run was started from a file.
 RUN_CONFIG: Final = "prime.run.config"
+#: ``false`` on the start span of a process that feeds a run somebody else
+#: owns (``start_run(owns_run=False)``): it does not claim the run. Absent:
+#: the sender owns the run, and only its ``service.instance.id`` may end it.
+RUN_OWNER: Final = "prime.run.owner"
 #: Where a config file lands inside the config mapping, byte for byte.
 CONFIG_SOURCE_KEY: Final = "config_source"
 

@@ -65,6 +65,18 @@ def online(platform: FakePlatform, monkeypatch: pytest.MonkeyPatch) -> FakePlatf
     return platform
 
 
+@pytest.fixture
+def started() -> Iterator[list[Any]]:
+    """The processes a test started (collectors, ``serve``), killed when it
+    ends, the last started first: each has its ``process`` and ``stop()``."""
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        if thing.process is not None:
+            thing.process.kill()
+            thing.stop()
+
+
 @pytest.fixture(scope="session")
 def wire_episode() -> Any:
     """verifiers' record loader, the oracle's way to rebuild episode objects

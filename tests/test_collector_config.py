@@ -20,6 +20,9 @@ import pytest
 import rotel
 import yaml
 
+from prime_runs_otel.collector.admission import admitted_calls
+from prime_runs_otel.collector.receiver_config import DEFAULT_WORKERS
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "collector-config"
 PINNED_VERSION = "v0.148.0"
 MANIFEST = CONFIG_DIR / "builder.yaml"
@@ -161,6 +164,22 @@ def test_exporters_to_serve_retry_forever_from_disk(path: Path) -> None:
             continue
         assert exporter["retry_on_failure"]["max_elapsed_time"] in ("0s", 0), name
         assert exporter["sending_queue"]["storage"].startswith("file_storage"), name
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.name)
+def test_exporters_to_serve_never_send_more_calls_than_serve_takes(path: Path) -> None:
+    """Each queue consumer sends one call at a time: more consumers than
+    ``serve`` takes calls at once (``--workers`` x 4) only earn refusals.
+    The number is set in the file, where the comment beside it says so."""
+    limit = admitted_calls(DEFAULT_WORKERS)
+    for name, exporter in (load(path).get("exporters") or {}).items():
+        if "PRIME_RUNS_OTEL_SERVE_URL" not in str(exporter.get("endpoint")):
+            continue
+        consumers = exporter["sending_queue"].get("num_consumers")
+        assert consumers is not None, f"{path.name}: {name} leaves num_consumers to the default"
+        assert consumers <= limit, f"{path.name}: {name} has {consumers} consumers > {limit}"
+    if "PRIME_RUNS_OTEL_SERVE_URL" in path.read_text():
+        assert "--workers" in path.read_text(), f"{path.name} does not say what bounds consumers"
 
 
 def test_loadbalancer_keeps_a_run_on_one_backend() -> None:

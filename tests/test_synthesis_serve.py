@@ -170,6 +170,43 @@ def test_a_retried_request_yields_one_episode(spool: Spool, clock: Clock) -> Non
     assert intake.trees.stats.late_spans == 0
 
 
+def _with_ids_of(theirs: ExportTraceServiceRequest, mine: ExportTraceServiceRequest) -> None:
+    """Give ``mine``'s spans the trace and span ids of ``theirs``, in order."""
+    [their_spans] = [list(scope.spans) for rs in theirs.resource_spans for scope in rs.scope_spans]
+    [my_spans] = [list(scope.spans) for rs in mine.resource_spans for scope in rs.scope_spans]
+    for my, their in zip(my_spans, their_spans, strict=True):
+        my.trace_id, my.span_id, my.parent_span_id = (
+            their.trace_id,
+            their.span_id,
+            their.parent_span_id,
+        )
+
+
+@pytest.mark.parametrize("released_first", [False, True], ids=["both-held", "one-released"])
+def test_an_episode_span_with_the_ids_of_another_runs_is_counted_lost(
+    spool: Spool, clock: Clock, released_first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Taken, it would be mistaken for the other run's (a copy of it): it
+    used to vanish without a count."""
+    intake = intake_of(spool, clock)
+    first, copycat = request(produce("first")), request(produce("copycat"))
+    _with_ids_of(first, copycat)
+    assert not intake.accept(first).rejected
+    if released_first:
+        clock.now += SETTLE
+        intake.release_settled()
+    verdict = intake.accept(copycat)
+    clock.now += SETTLE
+    intake.release_settled()
+
+    assert verdict.rejected == 1
+    assert "counted as lost" in verdict.message
+    assert "the trace and span ids of another run's episode span" in caplog.text
+    assert len(stored(spool, "first")) == 1
+    run = spool.run("copycat")
+    assert run is not None and run.corrupt == 1 and stored(spool, "copycat") == []
+
+
 def test_flush_releases_held_episodes_and_their_run_end(spool: Spool, clock: Clock) -> None:
     intake = intake_of(spool, clock)
     start, roots, calls, end = split(produce("flushed", episodes=2))

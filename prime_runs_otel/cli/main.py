@@ -12,7 +12,6 @@ to change); 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from .._text import configure_logging
 from ..errors import PrimeRunsOtelError
 from .arguments import json_option, port_number, spool_option
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from .output import color, error, install_pipe_safe_stdout
+from .output import color, error, install_pipe_safe_stdout, print_json
 from .replay import add_replay_commands
 from .serve import add_serve_command
 from .store import add_store_commands
@@ -36,7 +35,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     checks = run_checks(spool_dir=args.spool_dir)
     if args.json:
-        print(json.dumps([check.__dict__ for check in checks], indent=2))
+        print_json([check.__dict__ for check in checks])
     else:
         marks = {FAIL: color("FAIL", "31"), WARN: color("warn", "33")}
         for check in checks:

@@ -11,7 +11,6 @@ can be known from here: delivery to the platform is the receiving
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -35,6 +34,7 @@ from ..produce.run_config import normalize_config
 from ..produce.run_spans import emit_run_end, emit_run_start
 from ..produce.traces_jsonl import environments_of, read_records, traces_file
 from .exits import EXIT_INCOMPLETE, EXIT_OK
+from .output import print_json
 from .recorded_eval import recorded_eval, replay_run_key
 
 __all__ = [
@@ -204,7 +204,7 @@ def replay_over_otlp(
         "run_end_sent": exporter.refused_spans == 0,
     }
     if as_json:
-        print(json.dumps(report, indent=2))
+        print_json(report)
     else:
         print(
             f"run {local_id} → {target}: {accepted} episode(s) accepted, {refused} refused, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -83,8 +84,26 @@ def color(text: str, code: str, stream: TextIO | None = None) -> str:
     return text
 
 
-def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False))
+def print_json(value: Any, *, indent: int | None = 2, flush: bool = False) -> None:
+    """Every ``--json`` output: readable UTF-8, except what a terminal acts on."""
+    print(json_text(value, indent=indent), flush=flush)
+
+
+#: What ``json.dumps(ensure_ascii=False)`` leaves raw although a terminal acts
+#: on it or cannot print it: DEL, C1 controls, the bidirectional overrides
+#: that reorder what is shown, line separators and lone surrogates. (C0
+#: controls are escaped by JSON itself.) Only strings can hold them, where a
+#: ``\uXXXX`` escape reads back as the same text.
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def json_text(value: Any, *, indent: int | None = 2) -> str:
+    """``value`` as JSON text, names and messages from producers included,
+    safe to print: whatever a terminal would act on is a ``\\uXXXX`` escape."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    if _RAW_IN_JSON.search(text) is None:
+        return text
+    return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def error(text: str) -> None:

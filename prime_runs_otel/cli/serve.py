@@ -18,12 +18,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._text import configure_logging
-from ..collector.bodies import DECODE_EXPANSION
+from ..collector.bodies import BYTE_COST, VALUE_COST
 from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 from ..collector.receiver import run_receiver
 from ..collector.receiver_config import (
+    DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_VALUES,
     DEFAULT_MEMORY_BYTES,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
@@ -78,6 +81,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="largest request accepted, after decompression (default: %(default)g)",
     )
     parser.add_argument(
+        "--max-values",
+        type=positive_int,
+        default=DEFAULT_MAX_VALUES,
+        help="values (spans, attributes, array elements) one request may hold; more is "
+        "refused with 413, counted before decoding (default: %(default)d)",
+    )
+    parser.add_argument(
         "--idle-timeout",
         type=non_negative_float,
         default=DEFAULT_IDLE_TIMEOUT,
@@ -94,14 +104,22 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--memory-mib",
         type=float,
         default=DEFAULT_MEMORY_BYTES / MiB,
-        help=f"memory the requests being decoded may take together, counted as "
-        f"{DECODE_EXPANSION}x each decompressed body; more waits its turn (default: %(default)g)",
+        help=f"memory the requests being decoded may take together, each counted as {BYTE_COST} "
+        f"bytes per decompressed byte plus {VALUE_COST} per value in it; more waits its turn "
+        "(default: %(default)g)",
     )
     parser.add_argument(
         "--read-timeout",
         type=float,
         default=DEFAULT_READ_TIMEOUT,
         help="seconds a request body may take to arrive in full (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=positive_float,
+        default=DEFAULT_HEADER_TIMEOUT,
+        help="seconds the head of a request may take to arrive; a connection that sends "
+        "nothing, or stops half-way, is closed then (default: %(default)g)",
     )
     parser.add_argument(
         "--settle-seconds",
@@ -123,6 +141,19 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="requests decoded and committed at once (default: %(default)d)",
     )
     parser.add_argument(
+        "--allow-attach",
+        action="store_true",
+        help="let senders add to a platform run that already exists, named by its id in "
+        "prime.run.attach (hosted evals and training runs); without it such runs are refused",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="HTTP connections open at once, fewer if the descriptor limit is low; past it a "
+        "request gets 503 Retry-After (default: %(default)d)",
+    )
+    parser.add_argument(
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
     )
 
@@ -141,6 +172,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         memory_bytes=int(args.memory_mib * MiB),
         settle_seconds=args.settle_seconds,
         max_held_spans=args.max_held_spans,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        allow_attach=args.allow_attach,
+        max_values=args.max_values,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     watcher = RunWatcher(settings)

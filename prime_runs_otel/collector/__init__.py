@@ -15,6 +15,8 @@ others in it are not: those are reported as ``partial_success``.
 
 One module per concern, from the wire inwards: :mod:`.http_front` and
 :mod:`.grpc_front` (each transport: routes, reading, answers, its server),
+:mod:`.http_connections` (the HTTP connections: their cap and deadlines),
+:mod:`.admission` (calls taken at once, the answer to the rest),
 :mod:`.bodies` (a body before it is decoded), :mod:`.intake` (a decoded
 request to spool commits, whatever the transport), :mod:`.receiver` (the
 process that runs them all), :mod:`.receiver_config` (how it listens) and

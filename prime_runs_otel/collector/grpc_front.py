@@ -4,17 +4,22 @@ by a grpcio server of its own beside the HTTP one.
 
 Everything about gRPC is here: the service over raw bytes, how a
 :class:`.intake.Verdict` becomes a status code with rich details
-(``RetryInfo``), and the server's options (message sizes, concurrency). The
-front needs of the process behind it only what :class:`GrpcReceiver` names,
-so it does not import :mod:`.receiver`.
+(``RetryInfo``), the calls taken at once (the rest refused with a status
+clients retry, see :mod:`.admission`), and the server's options (message
+sizes, idle and silent connections). The front needs of the process behind
+it only what :class:`GrpcReceiver` names, so it does not import
+:mod:`.receiver`.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
 
 import grpc
 from google.protobuf.any_pb2 import Any as AnyProto
@@ -31,7 +36,21 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ..errors import ConfigError
 from ..read.otlp import OtlpDecodeError, decode_protobuf
 from ..read.otlp_logs import decode_logs_protobuf
-from .bodies import DecodeBudget, bearer_matches
+from .admission import (
+    OVERLOAD_RETRY_AFTER,
+    admitted_calls,
+    overload_log,
+    overload_message,
+)
+from .bodies import (
+    LOGS_REQUEST,
+    DecodeBudget,
+    WireLayout,
+    bearer_matches,
+    count_values,
+    decode_cost,
+    too_many_values,
+)
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .logs_intake import GRPC_LOGS_SERVICE, LogIntake, logs_response
 from .receiver_config import MiB, ReceiverConfig
@@ -39,6 +58,16 @@ from .receiver_config import MiB, ReceiverConfig
 logger = logging.getLogger(__name__)
 
 GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+#: A connection that has not finished its HTTP/2 preface by then is closed
+#: (grpcio's default is 120 s: a silent connection holds a descriptor).
+HANDSHAKE_TIMEOUT_MS = 10_000
+#: An open connection without a call for this long is sent GOAWAY; clients
+#: reconnect when they next send.
+MAX_CONNECTION_IDLE_MS = 300_000
+#: Clients are pinged after this long without traffic, and a connection whose
+#: peer does not answer within the timeout is closed (a host that vanished).
+KEEPALIVE_TIME_MS = 60_000
+KEEPALIVE_TIMEOUT_MS = 20_000
 
 
 class GrpcReceiver(Protocol):
@@ -69,26 +98,31 @@ def _grpc_status(code: grpc.StatusCode, message: str, retry_after: int | None) -
     return _GrpcStatus(code, message, metadata)
 
 
+_Handler: TypeAlias = "grpc.RpcMethodHandler[bytes, Any]"
+
+
 class OtlpGrpcService:
     """``TraceService/Export`` over raw bytes, so a malformed request is
     answered ``INVALID_ARGUMENT`` by this code rather than by the framework."""
 
     service = GRPC_SERVICE
     response_type: type[Any] = ExportTraceServiceResponse
+    #: How its values are counted off the wire (None: a trace request's).
+    layout: WireLayout | None = None
 
     def __init__(self, receiver: GrpcReceiver) -> None:
         self._receiver = receiver
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        return grpc.method_handlers_generic_handler(
-            self.service,
-            {
-                "Export": grpc.unary_unary_rpc_method_handler(
-                    self.export,
-                    request_deserializer=None,
-                    response_serializer=self.response_type.SerializeToString,
-                )
-            },
+    @property
+    def method(self) -> str:
+        """The full method name grpcio asks the handlers about."""
+        return f"/{self.service}/Export"
+
+    def handler(self) -> _Handler:
+        return grpc.unary_unary_rpc_method_handler(
+            self.export,
+            request_deserializer=None,
+            response_serializer=self.response_type.SerializeToString,
         )
 
     def respond(self, verdict: Verdict) -> Any:
@@ -126,11 +160,17 @@ class OtlpGrpcService:
         raise AssertionError("abort_with_status() returns only by raising")
 
     def _accept(self, body: bytes) -> Verdict:
-        with self._receiver.memory.reserve(len(body)):
+        limit = self._receiver.config.max_values
+        values = count_values(body, limit, self.layout)
+        if values > limit:
+            return Verdict("invalid", too_many_values(limit).message)
+        with self._receiver.memory.reserve(decode_cost(len(body), values)):
             try:
                 request = self.decode(body)
             except OtlpDecodeError as exc:
                 return Verdict("invalid", str(exc))
+            except MemoryError:
+                return _out_of_memory()
             return self.take(request)
 
 
@@ -140,6 +180,7 @@ class OtlpGrpcLogsService(OtlpGrpcService):
 
     service = GRPC_LOGS_SERVICE
     response_type = ExportLogsServiceResponse
+    layout = LOGS_REQUEST
 
     def respond(self, verdict: Verdict) -> Any:
         return logs_response(verdict)
@@ -151,21 +192,141 @@ class OtlpGrpcLogsService(OtlpGrpcService):
         return self._receiver.logs.accept(request)
 
 
-def grpc_server(
-    receiver: GrpcReceiver, executor: ThreadPoolExecutor, port: int
-) -> tuple[grpc.Server, int]:
-    """The gRPC server of ``receiver`` on ``port`` (0: any free one), not yet
-    started, and the port it is bound to."""
+def _out_of_memory() -> Verdict:
+    """Decoding ran out of memory: this process's state, not the request's
+    fault, so the client is told to retry (UNKNOWN, grpcio's answer to an
+    exception, is permanent)."""
+    logger.error("Decoding an OTLP/gRPC request ran out of memory; the client retries it")
+    return Verdict(
+        "unavailable",
+        "serve ran out of memory decoding the request; retry later (or lower "
+        "serve's --memory-mib so requests wait their turn instead)",
+        retry_after=OVERLOAD_RETRY_AFTER * 5,
+    )
+
+
+class _CountingPool(ThreadPoolExecutor):
+    """The workers' pool, counting the calls it holds (waiting or running):
+    grpcio submits each admitted call here, from its one serving thread."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, thread_name_prefix="otlp-grpc")
+        self._lock = threading.Lock()
+        self.held = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._lock:
+            self.held += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._release(None)
+            raise
+        future.add_done_callback(self._release)
+        return future
+
+    def _release(self, _: Future[Any] | None) -> None:
+        with self._lock:
+            self.held -= 1
+
+
+class _Refusal:
+    """The answer to a call past the limit: ``UNAVAILABLE`` with ``RetryInfo``.
+
+    A stream handler (grpcio hands it the request unread), on a small pool of
+    its own (``experimental_thread_pool``, which grpcio looks for on the
+    handler): refusing a 256 MiB body costs nothing, and the refusal never
+    waits behind the calls it refuses.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.status = _grpc_status(
+            grpc.StatusCode.UNAVAILABLE, overload_message(limit), OVERLOAD_RETRY_AFTER
+        )
+        self.experimental_thread_pool = ThreadPoolExecutor(
+            2, thread_name_prefix="otlp-grpc-refusal"
+        )
+
+    def __call__(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> None:
+        context.abort_with_status(self.status)
+
+
+class _Admission(grpc.GenericRpcHandler):
+    """Each service's ``Export`` while the workers' pool holds fewer than
+    ``limit`` calls (traces and logs together), else :class:`_Refusal`.
+
+    grpcio's own limit (``maximum_concurrent_rpcs``) answers
+    ``RESOURCE_EXHAUSTED`` without ``RetryInfo``, which OTLP clients must
+    treat as permanent, so the limit is kept here instead. grpcio asks this
+    handler and then submits the call to the pool from its one serving
+    thread, so the count it reads is exact.
+    """
+
+    def __init__(self, services: list[OtlpGrpcService], pool: _CountingPool, limit: int) -> None:
+        self._pool = pool
+        self._limit = limit
+        self._log = overload_log("OTLP/gRPC", limit)
+        self._refuse = _Refusal(limit)
+        #: By full method name: the call's handler, and its refusal.
+        self._handlers: dict[str, tuple[_Handler, _Handler]] = {
+            service.method: (
+                service.handler(),
+                grpc.stream_unary_rpc_method_handler(
+                    self._refuse,
+                    request_deserializer=None,
+                    response_serializer=service.response_type.SerializeToString,
+                ),
+            )
+            for service in services
+        }
+
+    def service(self, details: grpc.HandlerCallDetails) -> _Handler | None:
+        handlers = self._handlers.get(details.method)
+        if handlers is None:
+            return None
+        export, refusal = handlers
+        if self._pool.held < self._limit:
+            return export
+        self._log.happened()
+        return refusal
+
+    def shutdown(self) -> None:
+        self._refuse.experimental_thread_pool.shutdown(wait=True)
+
+
+@dataclass
+class GrpcFront:
+    """The gRPC server of a receiver, not yet started, with its pools."""
+
+    server: grpc.Server
+    port: int
+    _pool: _CountingPool
+    _admission: _Admission
+
+    def shutdown_pools(self) -> None:
+        """Let the calls still in the pools finish (after the server stopped)."""
+        self._pool.shutdown(wait=True)
+        self._admission.shutdown()
+
+
+def grpc_server(receiver: GrpcReceiver, port: int) -> GrpcFront:
+    """The gRPC front of ``receiver`` on ``port`` (0: any free one)."""
     config = receiver.config
+    pool = _CountingPool(config.workers)
+    services = [OtlpGrpcService(receiver), OtlpGrpcLogsService(receiver)]
+    admission = _Admission(services, pool, admitted_calls(config.workers))
     server = grpc.server(
-        executor,
-        handlers=[OtlpGrpcService(receiver).handler(), OtlpGrpcLogsService(receiver).handler()],
+        pool,
+        handlers=[admission],
         options=[
             ("grpc.max_receive_message_length", config.max_body_bytes),
             ("grpc.max_send_message_length", 4 * MiB),
             ("grpc.so_reuseport", 0),
+            ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+            ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ],
-        maximum_concurrent_rpcs=config.workers * 4,
     )
     host = config.host
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -177,8 +338,10 @@ def grpc_server(
     else:
         reason = "the address is in use or not available"
     if not bound:
+        pool.shutdown(wait=False)
+        admission.shutdown()
         raise ConfigError(
             f"cannot listen for OTLP/gRPC on {address}: {reason}. Pick another "
             "--grpc-port, or turn gRPC off with --no-grpc."
         )
-    return server, bound
+    return GrpcFront(server, bound, pool, admission)

@@ -31,16 +31,28 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
 from .._net import bind_socket
 from .._text import shown
 from ..errors import ConfigError
-from ..read.otlp import OtlpDecodeError
+from ..read.otlp import OtlpDecodeError, OtlpTooManyValues
+from .admission import OVERLOAD_RETRY_AFTER, admitted_calls, overload_log, overload_message
 from .bodies import (
     JSON_TYPE,
+    LOGS_REQUEST,
     BodyError,
     DecodeBudget,
+    WireLayout,
     bearer_matches,
     decode_body,
+    decode_cost,
     decompress,
     media_type,
     too_large,
+    too_many_values,
+    values_bound,
+)
+from .http_connections import (
+    KEEP_ALIVE_TIMEOUT,
+    OVER_CAP,
+    guarded_connection,
+    quiet_accept_errors,
 )
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .logs_intake import LOGS_PATH, LogIntake, decode_logs_body, logs_response
@@ -73,6 +85,10 @@ class HttpReceiver(Protocol):
 
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict: ...
 
+
+#: The retry hint of a body that arrived too slowly, or could not be decoded
+#: for want of memory: the cause may last a while.
+SLOW_BODY_RETRY_AFTER = 5
 
 _GRPC_CODE_OF_STATUS = {
     400: code_pb2.INVALID_ARGUMENT,
@@ -107,17 +123,35 @@ class OtlpHttpApp:
             TRACES_PATH: (self._accept, export_response),
             LOGS_PATH: (self._accept_logs, logs_response),
         }
+        #: Export requests taken at once; more are answered 503 Retry-After.
+        self._limit = admitted_calls(receiver.config.workers)
+        self._overload = overload_log("OTLP/HTTP", self._limit)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         path = scope["path"].rstrip("/") or "/"
         method = scope["method"]
+        # A connection past the cap gets its health check answered, an
+        # export told to come back, and is closed either way.
+        over_cap = bool(scope.get("state", {}).get(OVER_CAP))
+        close = {"connection": "close"} if over_cap else {}
         if path in ("/healthz", "/readyz"):
             if method not in ("GET", "HEAD"):
-                await _send_json(send, 405, {"error": "use GET"}, allow="GET")
+                await _send_json(send, 405, {"error": "use GET"}, allow="GET", **close)
                 return
-            await self._health(send, ready=path == "/readyz")
+            await self._health(send, ready=path == "/readyz", **close)
+            return
+        if over_cap:
+            await _send_status(
+                send,
+                503,
+                "serve has as many connections open as it takes; retry shortly (or raise "
+                "serve's --max-connections, or keep fewer connections to it)",
+                None,
+                retry_after=str(OVERLOAD_RETRY_AFTER),
+                **close,
+            )
             return
         route = self._routes.get(path)
         if route is None:
@@ -138,15 +172,16 @@ class OtlpHttpApp:
         finally:
             self._receiver.in_flight -= 1
 
-    async def _health(self, send: Send, *, ready: bool) -> None:
+    async def _health(self, send: Send, *, ready: bool, **headers: str) -> None:
         if not ready:
-            await _send_json(send, 200, {"status": "ok", "in_flight": self._receiver.in_flight})
+            state = {"status": "ok", "in_flight": self._receiver.in_flight}
+            await _send_json(send, 200, state, **headers)
             return
         problem = self._receiver.not_ready_reason()
         if problem is None:
-            await _send_json(send, 200, {"status": "ready"})
+            await _send_json(send, 200, {"status": "ready"}, **headers)
         else:
-            await _send_json(send, 503, {"status": "not ready", "reason": problem})
+            await _send_json(send, 503, {"status": "not ready", "reason": problem}, **headers)
 
     async def _export(
         self, scope: Scope, receive: Receive, send: Send, accept: _Accept, respond: _Respond
@@ -174,6 +209,19 @@ class OtlpHttpApp:
                 None,
             )
             return
+        if self._receiver.in_flight > self._limit:
+            # Refused before its body is read: waiting, it would hold its
+            # memory and its connection for nothing.
+            self._overload.happened()
+            await _drain(receive, self._config.max_body_bytes)
+            await _send_status(
+                send,
+                503,
+                overload_message(self._limit),
+                content_type,
+                retry_after=str(OVERLOAD_RETRY_AFTER),
+            )
+            return
         try:
             body = await _read_body(
                 receive, headers, self._config.max_body_bytes, self._config.read_timeout
@@ -186,21 +234,27 @@ class OtlpHttpApp:
             )
         except BodyError as exc:
             logger.warning("Refused an OTLP/HTTP request: %s", exc.message)
-            await _send_status(send, exc.status, exc.message, content_type)
+            retry = {} if exc.retry_after is None else {"retry_after": str(exc.retry_after)}
+            await _send_status(send, exc.status, exc.message, content_type, **retry)
             return
         await _send_verdict(send, verdict, content_type, respond)
 
     def _accept(self, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
         return self._decoded(
-            body, encoding, content_type, decode_body, self._receiver.intake.accept
+            body, encoding, content_type, decode_body, None, self._receiver.intake.accept
         )
 
     def _accept_logs(self, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress and decode one OTLP/HTTP logs body, and hand its span
         events to the span intake (on a worker thread)."""
         return self._decoded(
-            body, encoding, content_type, decode_logs_body, self._receiver.logs.accept
+            body,
+            encoding,
+            content_type,
+            decode_logs_body,
+            LOGS_REQUEST,
+            self._receiver.logs.accept,
         )
 
     def _decoded(
@@ -208,15 +262,30 @@ class OtlpHttpApp:
         body: bytes,
         encoding: str,
         content_type: str,
-        decode: Callable[[bytes, str], Any],
+        decode: Callable[[bytes, str, int], Any],
+        layout: WireLayout | None,
         accept: Callable[[Any], Verdict],
     ) -> Verdict:
         data = decompress(body, encoding, self._config.max_body_bytes)
-        with self._receiver.memory.reserve(len(data)):
+        limit = self._config.max_values
+        values = values_bound(data, content_type, limit, layout)
+        with self._receiver.memory.reserve(decode_cost(len(data), values)):
             try:
-                request = decode(data, content_type)
+                request = decode(data, content_type, limit)
+            except OtlpTooManyValues:
+                raise too_many_values(limit) from None
             except OtlpDecodeError as exc:
                 raise BodyError(400, str(exc)) from None
+            except MemoryError:
+                # This process's state, not the request's fault: a 500 (what
+                # an exception would get) is permanent to OTLP clients.
+                logger.error("Decoding an OTLP/HTTP request ran out of memory; it is retried")
+                raise BodyError(
+                    503,
+                    "serve ran out of memory decoding the request; retry later (or lower "
+                    "serve's --memory-mib so requests wait their turn instead)",
+                    retry_after=SLOW_BODY_RETRY_AFTER,
+                ) from None
             del data
             return accept(request)
 
@@ -248,8 +317,13 @@ async def _read_body(
     try:
         return await asyncio.wait_for(_read_chunks(receive, limit), timeout)
     except asyncio.TimeoutError:
+        # 503, not 408: OTLP clients drop a batch answered 408, and a body
+        # that is merely slow (a congested link) is still to be delivered.
         raise BodyError(
-            408, f"the body did not arrive within {timeout:g}s; send it at once"
+            503,
+            f"the body did not arrive within {timeout:g}s; send it at once (or raise "
+            "serve's --read-timeout, or send smaller batches over a slow link)",
+            retry_after=SLOW_BODY_RETRY_AFTER,
         ) from None
 
 
@@ -348,30 +422,39 @@ def _encode(message: Any, content_type: str) -> bytes:
 # -- the server --------------------------------------------------------------------------
 
 
-def http_server(receiver: HttpReceiver) -> HttpServer:
+def http_server(receiver: HttpReceiver, connection_cap: int, descriptors: int) -> HttpServer:
     """uvicorn serving :class:`OtlpHttpApp` for ``receiver``, on the socket
-    :func:`listen` bound (given to :meth:`HttpServer.serve`)."""
+    :func:`listen` bound (given to :meth:`HttpServer.serve`), with at most
+    ``connection_cap`` connections open at once (see :mod:`.http_connections`)."""
     config = receiver.config
     return HttpServer(
         uvicorn.Config(
             OtlpHttpApp(receiver),
+            http=guarded_connection(connection_cap, config.header_timeout),
             log_level="warning",
             access_log=False,
             lifespan="off",
             ws="none",
+            timeout_keep_alive=int(KEEP_ALIVE_TIMEOUT),
             timeout_graceful_shutdown=int(config.shutdown_grace),
             server_header=False,
         ),
         receiver,
+        descriptors,
     )
 
 
 class HttpServer(uvicorn.Server):
     """uvicorn, with the receiver's own shutdown steps around its drain."""
 
-    def __init__(self, config: uvicorn.Config, receiver: HttpReceiver) -> None:
+    def __init__(self, config: uvicorn.Config, receiver: HttpReceiver, descriptors: int) -> None:
         super().__init__(config)
         self._receiver = receiver
+        self._descriptors = descriptors
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        quiet_accept_errors(asyncio.get_running_loop(), self._descriptors)
+        await super().serve(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         grpc_stopped = self._receiver.begin_stop()

@@ -29,7 +29,7 @@ from .._text import shown
 from ..config import Settings
 from ..deliver.spool import IngestOutcome, Spool, SpoolError
 from ..deliver.uploader import Uploader
-from ..read.ingest import group_by_run
+from ..read.ingest import Grouped, group_by_run
 from ..read.otlp import span_views
 from ..read.otlp_logs import SpanEvent
 from ..read.records import RunBatch
@@ -108,6 +108,7 @@ class SpanIntake:
         *,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
+        allow_attach: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spool = spool
@@ -127,6 +128,9 @@ class SpanIntake:
         self._report = _BufferReport(self.trees, clock)
         #: Items of the last commit refused on their own (see :meth:`_commit`).
         self._refused = 0
+        #: Whether spans may name a platform run to attach to (``--allow-attach``).
+        self._allow_attach = allow_attach
+        self._refused_attach: set[str] = set()
         #: Why the last commit failed, until one succeeds: readiness says so.
         self.commit_problem: str | None = None
 
@@ -144,6 +148,7 @@ class SpanIntake:
             grouped = group_by_run(views, trees=self.trees, lines=self._uploads_lines)
             self._report.update()
             self._refused = 0
+            attaching = self._refuse_attaching(grouped)
             if grouped.unattributed and not grouped.batches and not self._uncommitted:
                 return Verdict(
                     "invalid",
@@ -165,10 +170,11 @@ class SpanIntake:
         corrupt = sum(len(batch.corrupt) for batch in grouped.batches)
         unreadable = grouped.unreadable + self._refused
         self._refused = 0
+        foreign = len(outcome.foreign_ends)
         return Verdict(
             "accepted",
-            _rejection_message(grouped.unattributed, corrupt, unreadable),
-            rejected=grouped.unattributed + corrupt + unreadable,
+            _rejection_message(grouped.unattributed, corrupt, unreadable, foreign, attaching),
+            rejected=grouped.unattributed + corrupt + unreadable + foreign + attaching,
         )
 
     def add_span_events(self, events: Iterable[SpanEvent]) -> int:
@@ -195,6 +201,7 @@ class SpanIntake:
                 return
             grouped = group_by_run((), trees=self.trees)
             self._report.update()
+            self._refuse_attaching(grouped)
             try:
                 self._commit(grouped.batches)
             except _TRANSIENT as exc:
@@ -209,6 +216,7 @@ class SpanIntake:
         (the process is stopping), and report what synthesis could not keep."""
         with self._lock:
             grouped = group_by_run((), trees=self.trees, flush=True)
+            self._refuse_attaching(grouped)
             try:
                 self._commit(grouped.batches)
             except _TRANSIENT as exc:
@@ -230,7 +238,9 @@ class SpanIntake:
         if not pending:
             return IngestOutcome()
         try:
-            outcome = self.spool.ingest(pending, mode=self.settings.mode, register_producer=False)
+            outcome = self.spool.ingest(
+                pending, mode=self.settings.mode, register_producer=False, check_owner=True
+            )
         except _TRANSIENT as exc:
             # The disk, not the items: keep what nothing else would bring again.
             self._uncommitted = [*self._uncommitted, *_released_part(batches, self.trees), *ends]
@@ -248,6 +258,7 @@ class SpanIntake:
             outcome = self._commit_each(pending)
         self._uncommitted = []
         self.commit_problem = None
+        _log_foreign_ends(outcome.foreign_ends)
         if self._uploader is not None:
             self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
@@ -258,11 +269,12 @@ class SpanIntake:
         ones that fail on their own. A transient failure stops it, the items
         not yet committed kept for the retry."""
         rejected = refused = 0
+        foreign: list[tuple[str, str]] = []
         items = [item for batch in pending for item in _items_of(batch)]
         for index, item in enumerate(items):
             try:
                 outcome = self.spool.ingest(
-                    [item], mode=self.settings.mode, register_producer=False
+                    [item], mode=self.settings.mode, register_producer=False, check_owner=True
                 )
             except _TRANSIENT as exc:
                 self._uncommitted = items[index:]
@@ -281,9 +293,10 @@ class SpanIntake:
                     )
                 continue
             rejected += outcome.rejected
+            foreign += outcome.foreign_ends
         if refused > 5:
             logger.warning("%d more item(s) of the batch were refused the same way", refused - 5)
-        return IngestOutcome(rejected=rejected)
+        return IngestOutcome(rejected=rejected, foreign_ends=tuple(foreign))
 
     def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:
         """Hold back the ends of runs with episodes still in the buffer; return
@@ -296,6 +309,34 @@ class SpanIntake:
                 batch.end = None
         ready = [key for key in self._held_ends if key not in waiting]
         return [self._held_ends.pop(key) for key in ready]
+
+    def _refuse_attaching(self, grouped: Grouped) -> int:
+        """Take the runs that name a platform run to attach to out of
+        ``grouped`` unless ``serve`` allows it; returns their spans' count.
+
+        ``prime.run.attach`` would let anyone holding the token add
+        episodes to, and finalize, any run the platform key reaches: it is
+        the operator's choice (``--allow-attach``), not a sender's.
+        """
+        if self._allow_attach:
+            return 0
+        kept, refused = [], 0
+        for batch in grouped.batches:
+            if batch.identity.attach is None:
+                kept.append(batch)
+                continue
+            refused += _item_count(batch)
+            key = batch.identity.local_id
+            if key not in self._refused_attach and len(self._refused_attach) < 10_000:
+                self._refused_attach.add(key)
+                logger.warning(
+                    "Run %s asks to attach to platform run %s: refused, with its spans. serve "
+                    "attaches to platform runs only when started with --allow-attach.",
+                    shown(key),
+                    shown(batch.identity.attach),
+                )
+        grouped.batches = kept
+        return refused
 
     def _full(self) -> Verdict:
         return Verdict(
@@ -327,6 +368,26 @@ def _items_of(batch: RunBatch) -> list[RunBatch]:
     if batch.end is not None:
         items.append(RunBatch(identity=identity, end=batch.end))
     return items
+
+
+def _item_count(batch: RunBatch) -> int:
+    """The spans ``batch`` came from: one per item."""
+    events = (batch.start is not None) + (batch.end is not None)
+    corrupt = len(batch.corrupt) + len(batch.corrupt_metrics)
+    return len(batch.episodes) + len(batch.metrics) + corrupt + events
+
+
+def _log_foreign_ends(foreign: tuple[tuple[str, str], ...]) -> None:
+    for key, sender in foreign[:5]:
+        logger.warning(
+            "Run %s: refused a run end from producer %s, which does not own the run; the "
+            "run stays open for its owner (service.instance.id must match the one that "
+            "started it)",
+            shown(key),
+            shown(sender or "(no service.instance.id)"),
+        )
+    if len(foreign) > 5:
+        logger.warning("%d more run end(s) were refused the same way", len(foreign) - 5)
 
 
 def _describe(item: RunBatch) -> str:
@@ -414,8 +475,20 @@ class _BufferReport:
             )
 
 
-def _rejection_message(unattributed: int, corrupt: int, unreadable: int = 0) -> str:
+def _rejection_message(
+    unattributed: int, corrupt: int, unreadable: int = 0, foreign: int = 0, attaching: int = 0
+) -> str:
     parts = []
+    if foreign:
+        parts.append(
+            f"{foreign} run end(s) from a producer that does not own the run (another "
+            "service.instance.id than the run's start); the run stays open for its owner"
+        )
+    if attaching:
+        parts.append(
+            f"{attaching} span(s) of runs that ask to attach to a platform run "
+            f"({semconv.RUN_ATTACH}); serve does so only when started with --allow-attach"
+        )
     if unreadable:
         parts.append(
             f"{unreadable} span(s) or item(s) that could not be read or stored (the "
@@ -425,8 +498,9 @@ def _rejection_message(unattributed: int, corrupt: int, unreadable: int = 0) -> 
         parts.append(f"{unattributed} episode span(s) without {semconv.RUN_ID} on their Resource")
     if corrupt:
         parts.append(
-            f"{corrupt} episode record(s) damaged on the way (an attribute limit in an SDK or "
-            "collector?); they are counted as lost on their run"
+            f"{corrupt} episode(s) that cannot be used, counted as lost on their run: a record "
+            "damaged on the way (an attribute limit in an SDK or collector?), or an episode "
+            "span with another run's ids; the receiver's log names each and says why"
         )
     return "; ".join(parts)
 

@@ -40,9 +40,9 @@ class LogIntake:
         return Verdict("accepted")
 
 
-def decode_logs_body(body: bytes, content_type: str) -> ExportLogsServiceRequest:
+def decode_logs_body(body: bytes, content_type: str, max_values: int) -> ExportLogsServiceRequest:
     if content_type == JSON_TYPE:
-        return decode_logs_json(body)
+        return decode_logs_json(body, max_objects=max_values)
     return decode_logs_protobuf(body)
 
 

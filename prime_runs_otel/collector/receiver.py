@@ -26,8 +26,10 @@ from ..config import Settings
 from ..deliver.spool import Spool
 from ..deliver.uploader import Uploader
 from ..errors import ConfigError
+from .admission import admitted_calls
 from .bodies import DecodeBudget
-from .grpc_front import grpc_server
+from .grpc_front import GrpcFront, grpc_server
+from .http_connections import connection_cap, raise_descriptor_limit
 from .http_front import TRACES_PATH, http_server, listen
 from .intake import SpanIntake, Verdict
 from .logs_intake import LogIntake
@@ -60,6 +62,7 @@ class Receiver:
             self.uploader,
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
+            allow_attach=config.allow_attach,
         )
         self.logs = LogIntake(self.intake)
         self.memory = DecodeBudget(config.memory_bytes)
@@ -72,19 +75,20 @@ class Receiver:
         self.http_port: int = self._http_socket.getsockname()[1]
         self.grpc_port: int | None = None
         self._grpc: grpc.Server | None = None
-        self._grpc_executor = ThreadPoolExecutor(config.workers, thread_name_prefix="otlp-grpc")
+        self._grpc_front: GrpcFront | None = None
         if config.grpc_port is not None:
             try:
-                self._grpc, self.grpc_port = grpc_server(
-                    self, self._grpc_executor, config.grpc_port
-                )
+                self._grpc_front = grpc_server(self, config.grpc_port)
             except ConfigError:
                 self._http_socket.close()
                 raise
+            self._grpc, self.grpc_port = self._grpc_front.server, self._grpc_front.port
         self._stopped: threading.Event | None = None
         #: OTLP/HTTP requests being read or committed (shown on /healthz).
         self.in_flight = 0
-        self._server = http_server(self)
+        self.descriptors = raise_descriptor_limit()
+        self.connection_cap = connection_cap(config.max_connections, self.descriptors)
+        self._server = http_server(self, self.connection_cap, self.descriptors)
 
     # -- running ------------------------------------------------------------------
 
@@ -95,13 +99,16 @@ class Receiver:
         if self._grpc is not None:
             self._grpc.start()
         logger.info(
-            "prime-runs-otel serve: OTLP/HTTP on http://%s:%d%s%s; runs go to %s (spool %s)",
+            "prime-runs-otel serve: OTLP/HTTP on http://%s:%d%s%s; runs go to %s (spool %s); "
+            "%d export calls at once per port, %d HTTP connections",
             self.config.host,
             self.http_port,
             TRACES_PATH,
             f", OTLP/gRPC on {self.config.host}:{self.grpc_port}" if self.grpc_port else "",
             "the platform" if self.settings.mode == "online" else "the local store",
             self.spool.path,
+            admitted_calls(self.config.workers),
+            self.connection_cap,
         )
         try:
             await self._server.serve(sockets=[self._http_socket])
@@ -111,7 +118,7 @@ class Receiver:
             for step in (
                 lambda: self.begin_stop().wait(self.config.shutdown_grace + 1),
                 lambda: self._executor.shutdown(wait=True),
-                lambda: self._grpc_executor.shutdown(wait=True),
+                self._shutdown_grpc_pools,
                 self._stop_releasing,
                 self.intake.flush,
                 lambda: self.uploader.stop(timeout=self.config.shutdown_grace),
@@ -138,6 +145,10 @@ class Receiver:
             else:
                 self._stopped = self._grpc.stop(self.config.shutdown_grace)
         return self._stopped
+
+    def _shutdown_grpc_pools(self) -> None:
+        if self._grpc_front is not None:
+            self._grpc_front.shutdown_pools()
 
     def _release_loop(self) -> None:
         """Let settled episodes go between requests: a trace's last spans may

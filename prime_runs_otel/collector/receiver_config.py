@@ -21,17 +21,27 @@ DEFAULT_MAX_BODY_BYTES = 256 * MiB
 #: A producer that sends nothing for this long and never sent its end span
 #: is taken to have crashed. Long enough for slow rollouts between episodes.
 DEFAULT_IDLE_TIMEOUT = 3600.0
-#: Memory the requests being decoded may take together, estimated as
-#: :data:`.bodies.DECODE_EXPANSION` times each decompressed body (see
-#: :class:`.bodies.DecodeBudget`).
+#: Memory the requests being decoded may take together, each estimated from
+#: its size and the values in it (see :func:`.bodies.decode_cost`).
 DEFAULT_MEMORY_BYTES = 2048 * MiB
+#: Values (spans, attributes, array elements, ...) one request may hold. A
+#: collector's batch of a few hundred spans holds tens of thousands; a body
+#: of millions of empty attributes is a few hundred KiB of gzip and would take
+#: gigabytes to decode. At this bound a request decodes in about 250 MiB.
+DEFAULT_MAX_VALUES = 1_000_000
 #: How long a request body may take to arrive, from its first byte to its last.
 DEFAULT_READ_TIMEOUT = 120.0
+#: How long the head of a request (its request line and headers) may take to
+#: arrive: a connection that sends nothing, or stops half-way, is closed then.
+DEFAULT_HEADER_TIMEOUT = 10.0
 #: How long in-flight requests may take to finish after a stop signal.
 DEFAULT_SHUTDOWN_GRACE = 30.0
 #: Requests decoded and committed at once; the rest wait their turn. Spool
 #: commits serialise anyway, and each large request holds its body in memory.
 DEFAULT_WORKERS = 4
+#: HTTP connections open at once (fewer when the descriptor limit is low).
+#: Idle ones close after a few seconds, so this is about bursts and abuse.
+DEFAULT_MAX_CONNECTIONS = 1000
 TOKEN_ENV = "PRIME_RUNS_OTEL_SERVE_TOKEN"
 
 
@@ -52,6 +62,11 @@ class ReceiverConfig:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     max_held_spans: int = DEFAULT_MAX_HELD_SPANS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    #: Whether spans may name a platform run to add to (``prime.run.attach``).
+    allow_attach: bool = False
+    max_values: int = DEFAULT_MAX_VALUES
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""
@@ -67,6 +82,8 @@ class ReceiverConfig:
             raise ConfigError("the idle timeout must be a positive number of seconds")
         if self.workers < 1:
             raise ConfigError("serve needs at least one worker")
+        if self.max_values < 1:
+            raise ConfigError("serve must take at least one value per request")
         if self.memory_bytes < 1:
             raise ConfigError("serve needs some memory to decode requests in")
         if self.read_timeout <= 0:
@@ -75,3 +92,7 @@ class ReceiverConfig:
             raise ConfigError("the wait for an episode's spans cannot be negative")
         if self.max_held_spans < 1:
             raise ConfigError("serve must be able to hold at least one span for synthesis")
+        if self.header_timeout <= 0:
+            raise ConfigError("the time a request head may take must be positive")
+        if self.max_connections < 1:
+            raise ConfigError("serve must take at least one HTTP connection")

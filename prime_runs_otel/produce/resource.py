@@ -50,6 +50,12 @@ def run_resource(
     standard ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` still
     apply, but never override the run identity given here.
 
+    ``service.instance.id`` names the producer process (a uuid4 per process
+    unless ``extra`` or ``OTEL_RESOURCE_ATTRIBUTES`` sets one): behind a
+    collector, ``serve`` takes the run's end only from the producer that
+    started it. A run resumed by a new process ends through ``serve`` only
+    if that process keeps the first one's ``service.instance.id``.
+
     The training fields (``max_steps`` to ``wandb_run_name``) are what a
     ``kind="train"`` run is registered with. Every process feeding one
     training run (orchestrator, inference workers, trainer) builds the same
@@ -96,7 +102,16 @@ def run_resource(
     current = str(resource.attributes.get(sc.SERVICE_NAME, ""))
     if not service_name and current.startswith("unknown_service"):
         resource = resource.merge(Resource({sc.SERVICE_NAME: sc.DEFAULT_SERVICE_NAME}))
+    if not resource.attributes.get(sc.SERVICE_INSTANCE_ID):
+        # Who sent a span: behind a collector, a run's end is taken only
+        # from the producer that owns the run.
+        resource = resource.merge(Resource({sc.SERVICE_INSTANCE_ID: _PROCESS_INSTANCE}))
     return resource
+
+
+#: This process as a producer (``service.instance.id``), the same for every
+#: run it makes: a run it starts and ends from two providers is still its own.
+_PROCESS_INSTANCE = uuid.uuid4().hex
 
 
 def _training_attributes(

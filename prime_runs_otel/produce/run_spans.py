@@ -32,13 +32,16 @@ __all__ = ["emit_metrics", "emit_run_end", "emit_run_start"]
 _ERROR_STATUSES = frozenset({"failed", "crashed"})
 
 
-def emit_run_start(tracer: Tracer, config: Mapping[str, Any]) -> SpanContext:
+def emit_run_start(tracer: Tracer, config: Mapping[str, Any], *, owner: bool = True) -> SpanContext:
     """Send the run config once, on its own span, and return the span's
     context: the run's other spans link to it (``link=``), so a backend can
     walk from the run's start to its episodes, metrics and end.
 
     A span of its own (rather than a Resource attribute) because the config
     can be large and must be sent once, not repeated on every exported batch.
+    ``owner=False`` from a process that feeds a run somebody else owns and
+    ends: its start does not claim the run (``serve`` takes the run's end
+    only from the producer that claimed it).
     """
     try:
         text = compact_json(config)
@@ -48,9 +51,10 @@ def emit_run_start(tracer: Tracer, config: Mapping[str, Any]) -> SpanContext:
             "str/int/float/bool/list/dict values"
         ) from exc
     # A kind, so tracing backends do not show the run's boundaries as "unknown".
-    span = tracer.start_span(
-        sc.RUN_START_SPAN, attributes={sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_CHAIN}
-    )
+    attributes: Attributes = {sc.OPENINFERENCE_SPAN_KIND: sc.OPENINFERENCE_CHAIN}
+    if not owner:
+        attributes[sc.RUN_OWNER] = False
+    span = tracer.start_span(sc.RUN_START_SPAN, attributes=attributes)
     try:
         set_blob(span, tracer, sc.RUN_CONFIG, text)
     finally:

@@ -286,6 +286,7 @@ def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
 
 
 def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:
+    owner = attributes.get(sc.RUN_OWNER) is not False
     try:
         raw = decode_blob(attributes, sc.RUN_CONFIG)
         config = json.loads(raw)
@@ -294,10 +295,10 @@ def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:
         reason = f"the run config is damaged: {exc}"
     else:
         if isinstance(config, dict):
-            return RunStart(config)
+            return RunStart(config, owner=owner)
         reason = "the run config is not a JSON object"
     logger.warning("%s; the run goes on without it", reason)
-    return RunStart({}, corrupt_reason=reason)
+    return RunStart({}, corrupt_reason=reason, owner=owner)
 
 
 def _read_run_end(attributes: Mapping[str, Any]) -> RunEnd:

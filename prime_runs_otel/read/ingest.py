@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeAlias
 
 from .. import semconv
@@ -174,8 +174,14 @@ def _group_one(
             trees.add(view)
         return
     if isinstance(item, UnrecordedEpisode) and trees is not None:
-        trees.add_episode(item)
-        return
+        if trees.add_episode(item):
+            return
+        # Taken, it would be mistaken for the other run's episode: counted lost.
+        item = CorruptEpisode(
+            item.episode_id,
+            "its episode span has the trace and span ids of another run's episode span, "
+            "which were taken first; give each episode span ids of its own",
+        )
     if isinstance(item, (EpisodeArrival, CorruptEpisode)) and trees is not None:
         # Its agent and model-call spans are its own, damaged or not: they
         # wait for nothing, and are no model calls "under no episode span".
@@ -186,7 +192,15 @@ def _group_one(
         if isinstance(item, (EpisodeArrival, CorruptEpisode, UnrecordedEpisode)):
             grouped.unattributed += 1
         return
+    if isinstance(item, (RunStart, RunEnd)):
+        item = replace(item, producer=_producer_of(view.resource))
     _file(batches.by_run[key], key, item)
+
+
+def _producer_of(resource: Mapping[str, Any]) -> str:
+    """The producer a Resource names (``service.instance.id``; ``""``: none)."""
+    instance = resource.get(semconv.SERVICE_INSTANCE_ID)
+    return instance if isinstance(instance, str) else ""
 
 
 def _file(

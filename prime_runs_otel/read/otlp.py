@@ -35,6 +35,7 @@ from .spans import SpanEventView, SpanView
 
 __all__ = [
     "OtlpDecodeError",
+    "OtlpTooManyValues",
     "any_value",
     "attributes_of",
     "decode_json",
@@ -54,15 +55,24 @@ class OtlpDecodeError(PrimeRunsOtelError):
     """The body is not a valid OTLP trace request; the message says why."""
 
 
+class OtlpTooManyValues(OtlpDecodeError):
+    """The body holds more JSON objects than the caller takes in one request."""
+
+
 def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
     """Parse a binary ``ExportTraceServiceRequest``."""
     return parse_protobuf(body, ExportTraceServiceRequest())
 
 
-def decode_json(body: bytes) -> ExportTraceServiceRequest:
+def decode_json(body: bytes, max_objects: int | None = None) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, unknown
-    fields ignored as the OTLP specification asks of receivers)."""
-    return parse_json(body, ExportTraceServiceRequest(), "resourceSpans", _hex_ids_to_base64)
+    fields ignored as the OTLP specification asks of receivers).
+
+    ``max_objects``: see :func:`parse_json`.
+    """
+    return parse_json(
+        body, ExportTraceServiceRequest(), "resourceSpans", _hex_ids_to_base64, max_objects
+    )
 
 
 _Request = TypeVar("_Request", bound=Message)
@@ -86,11 +96,29 @@ def parse_json(
     request: _Request,
     top: str,
     hex_ids_to_base64: Callable[[dict[str, Any]], None],
+    max_objects: int | None = None,
 ) -> _Request:
     """``request`` parsed from OTLP/JSON ``body`` (a JSON object with a
-    ``top`` array), its hex ids rewritten first by ``hex_ids_to_base64``."""
+    ``top`` array), its hex ids rewritten first by ``hex_ids_to_base64``.
+
+    ``max_objects``: refuse (:class:`OtlpTooManyValues`) a body of more JSON
+    objects than that, as soon as the parser meets one too many: a body of
+    ``{}`` takes some hundred bytes of memory per two bytes of body.
+    """
+    count = 0
+
+    def counted(obj: dict[str, Any]) -> dict[str, Any]:
+        nonlocal count
+        count += 1
+        if max_objects is not None and count > max_objects:
+            raise OtlpTooManyValues(
+                f"the body holds more than {max_objects} JSON objects (spans, attributes, "
+                "values); send smaller batches"
+            )
+        return obj
+
     try:
-        document = json.loads(body)
+        document = json.loads(body, object_hook=counted if max_objects is not None else None)
     except (ValueError, RecursionError) as exc:
         raise OtlpDecodeError(f"the body is not valid JSON ({exc})") from None
     if not isinstance(document, dict):

@@ -64,10 +64,13 @@ def decode_logs_protobuf(body: bytes) -> ExportLogsServiceRequest:
     return parse_protobuf(body, ExportLogsServiceRequest())
 
 
-def decode_logs_json(body: bytes) -> ExportLogsServiceRequest:
+def decode_logs_json(body: bytes, max_objects: int | None = None) -> ExportLogsServiceRequest:
     """Parse an OTLP/JSON ``ExportLogsServiceRequest`` (hex ids, unknown
-    fields ignored as the OTLP specification asks of receivers)."""
-    return parse_json(body, ExportLogsServiceRequest(), "resourceLogs", _hex_ids_to_base64)
+    fields ignored as the OTLP specification asks of receivers; more than
+    ``max_objects`` JSON objects refused, see :func:`.otlp.parse_json`)."""
+    return parse_json(
+        body, ExportLogsServiceRequest(), "resourceLogs", _hex_ids_to_base64, max_objects
+    )
 
 
 def _hex_ids_to_base64(document: dict[str, Any]) -> None:

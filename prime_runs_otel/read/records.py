@@ -87,6 +87,11 @@ class RunStart:
 
     config: dict[str, Any]
     corrupt_reason: str | None = None
+    #: ``False`` from a process that feeds a run somebody else owns.
+    owner: bool = True
+    #: Who sent it (``service.instance.id``; ``""`` when the Resource names
+    #: nobody, ``None`` when nobody asked, as in process).
+    producer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,9 @@ class RunEnd:
     #: The producer's own run summary, when it sent one.
     summary: dict[str, Any] | None = None
     episodes_unencodable: int = 0
+    #: Who sent it (see :attr:`RunStart.producer`): ``serve`` applies the end
+    #: only when this is the run's owner.
+    producer: str | None = None
 
 
 @dataclass(frozen=True)

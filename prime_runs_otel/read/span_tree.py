@@ -139,6 +139,11 @@ class _TraceState:
                 del self.children[view.parent_span_id]
 
 
+def _run_of(episode: UnrecordedEpisode) -> str:
+    run = episode.view.resource.get(sc.RUN_ID)
+    return run if isinstance(run, str) else ""
+
+
 def _weight(view: SpanView) -> int:
     """What holding ``view`` costs, in attribute values: a decoded attribute
     takes about a hundred bytes however small it was on the wire, so the
@@ -204,6 +209,8 @@ class SpanTreeBuffer:
         self._held = 0
         self._forced: list[SpanTree] = []
         self._released: OrderedDict[tuple[int, int], _Released] = OrderedDict()
+        #: The run of each released episode span, by its ids.
+        self._released_roots: OrderedDict[tuple[int, int], str] = OrderedDict()
         self._incomplete: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._warned_runs: OrderedDict[str, None] = OrderedDict()
         self.root_traces_as_episodes = root_traces_as_episodes
@@ -251,17 +258,27 @@ class SpanTreeBuffer:
         self._root_traces.add((view.trace_id, view.span_id))
         self.add_episode(UnrecordedEpisode(derived_episode_id(view), view))
 
-    def add_episode(self, episode: UnrecordedEpisode) -> None:
-        """An episode span whose record is to be synthesised."""
+    def add_episode(self, episode: UnrecordedEpisode) -> bool:
+        """An episode span whose record is to be synthesised; ``False`` when
+        it cannot be: another run's episode span had the same trace and span
+        ids (it would only be taken for that one, so the caller counts it).
+        A copy of an episode of the same run (a collector's retry) is taken
+        as the one already held or synthesised."""
         view = episode.view
-        if (view.trace_id, view.span_id) in self._released:
-            return  # a copy of an episode already synthesised (a collector's retry)
+        key = (view.trace_id, view.span_id)
+        run = _run_of(episode)
+        if key in self._released:
+            return self._released_roots.get(key) == run
         state = self._state(view.trace_id)
-        if state.events and view.span_id not in state.roots:
+        held = state.roots.get(view.span_id)
+        if held is not None:
+            return _run_of(held[0]) == run
+        if state.events:
             before = state.values
             episode = replace(episode, view=state.take_events(view))
             self._values += state.values - before
-        state.roots.setdefault(view.span_id, (episode, self._clock()))
+        state.roots[view.span_id] = (episode, self._clock())
+        return True
 
     def add_event(self, trace_id: int, span_id: int, event: SpanEventView) -> None:
         """An event sent apart from its span: a log record in the span's
@@ -376,6 +393,7 @@ class SpanTreeBuffer:
         spans = tuple(state.spans[member] for member in members)
         self._drop(state, members)
         self._remember(trace_id, [span_id, *members], (trace_id, span_id))
+        self._remember_root(episode)
         if not complete:
             self._mark_incomplete((trace_id, span_id))
         self._check_content(episode, spans)
@@ -443,6 +461,7 @@ class SpanTreeBuffer:
         trees = []
         for span_id, (episode, _) in state.roots.items():
             self._remember(trace_id, [span_id], (trace_id, span_id))
+            self._remember_root(episode)
             self._mark_incomplete((trace_id, span_id))
             trees.append(SpanTree(episode, (), complete=False))
         return trees
@@ -493,6 +512,11 @@ class SpanTreeBuffer:
             self._released[(trace_id, span_id)] = episode
         while len(self._released) > self._MAX_REMEMBERED:
             self._released.popitem(last=False)
+
+    def _remember_root(self, episode: UnrecordedEpisode) -> None:
+        self._released_roots[(episode.view.trace_id, episode.view.span_id)] = _run_of(episode)
+        while len(self._released_roots) > self._MAX_REMEMBERED:
+            self._released_roots.popitem(last=False)
 
     def _drop(self, state: _TraceState, members: Iterable[int]) -> None:
         before = state.values

@@ -9,7 +9,6 @@ stored by an earlier release is read into those views once, first."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, TextIO
@@ -174,7 +173,7 @@ def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> in
             rate = (run.episodes - previous[1]) / (now - previous[0])
         previous = (now, run.episodes)
         if as_json:
-            print(json.dumps({**view, "rate": round(rate, 3)}), flush=True)
+            print_json({**view, "rate": round(rate, 3)}, indent=None, flush=True)
         elif tty:
             sys.stdout.write("\r\033[K" + _follow_line(view, rate))
             sys.stdout.flush()

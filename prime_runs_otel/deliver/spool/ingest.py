@@ -34,6 +34,9 @@ class IngestOutcome:
     #: ``(seq, line template)`` of the stored episodes that came with one
     #: (``EpisodeArrival.line``), for the uploader's ``LineCache``.
     lines: tuple[tuple[int, LineTemplate], ...] = ()
+    #: Run ends refused for coming from another producer than the run's
+    #: owner (``check_owner``), as ``(run key, sender)``.
+    foreign_ends: tuple[tuple[str, str], ...] = ()
 
 
 class SpoolIngest(SpoolSize):
@@ -44,6 +47,7 @@ class SpoolIngest(SpoolSize):
         mode: str,
         register_producer: bool = True,
         owns_runs: bool = True,
+        check_owner: bool = False,
     ) -> IngestOutcome:
         """Commit a whole export batch in one transaction.
 
@@ -59,6 +63,12 @@ class SpoolIngest(SpoolSize):
         stored once. At the size cap new episodes are refused and counted on
         their run; run events are always accepted (they are tiny, and losing
         a run's end would leave it open).
+
+        ``check_owner`` (``serve``, whose senders are anyone holding its
+        token): a run is owned by the producer of its first owning start, or
+        of its first end if that comes first, and an end from any other
+        producer is refused (``IngestOutcome.foreign_ends``), the run left
+        open for its owner. In process every sender is this process's own.
         """
         # The cap is checked per episode against the bytes in use plus what
         # this batch adds, since one export batch can carry thousands of episodes.
@@ -66,6 +76,7 @@ class SpoolIngest(SpoolSize):
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
+        foreign: list[tuple[str, str]] = []
         with self._transaction() as db:
             for batch in batches:
                 local_id = batch.identity.local_id
@@ -79,6 +90,8 @@ class SpoolIngest(SpoolSize):
                         "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
                         (json.dumps(batch.start.config), local_id),
                     )
+                    if check_owner and batch.start.owner:
+                        _claim(db, local_id, batch.start.producer)
                 added, refused, size = self._insert_episodes(
                     db, local_id, batch.episodes, summary, size, lines
                 )
@@ -102,24 +115,28 @@ class SpoolIngest(SpoolSize):
                         local_id,
                     ),
                 )
-                if batch.end is not None:
+                end = batch.end
+                if end is not None and check_owner and not _owned_by(db, local_id, end.producer):
+                    foreign.append((local_id, end.producer or ""))
+                    end = None
+                if end is not None:
                     db.execute(
                         "UPDATE runs SET end_status = ?, end_error = ?, end_expected = ?, "
                         "unencodable = ?, ended_at = ?, end_summary = ? "
                         "WHERE local_id = ? AND end_status IS NULL",
                         (
-                            batch.end.status,
-                            batch.end.error,
-                            batch.end.episodes_recorded,
-                            batch.end.episodes_unencodable,
+                            end.status,
+                            end.error,
+                            end.episodes_recorded,
+                            end.episodes_unencodable,
                             now,
-                            None if batch.end.summary is None else json.dumps(batch.end.summary),
+                            None if end.summary is None else json.dumps(end.summary),
                             local_id,
                         ),
                     )
         self._warn_near_cap(size)
         self._report_refused(rejected)
-        return IngestOutcome(stored, duplicates, corrupt, rejected, tuple(lines))
+        return IngestOutcome(stored, duplicates, corrupt, rejected, tuple(lines), tuple(foreign))
 
     def _insert_episodes(
         self,
@@ -224,6 +241,22 @@ class SpoolIngest(SpoolSize):
                 suffix="ON CONFLICT (run_id, example_key) DO UPDATE SET count = excluded.count",
             )
         return numbers
+
+
+def _claim(db: sqlite3.Connection, run_id: str, producer: str | None) -> None:
+    """Make ``producer`` the run's owner unless it has one."""
+    db.execute(
+        "UPDATE runs SET owner_id = ? WHERE local_id = ? AND owner_id IS NULL",
+        (producer or "", run_id),
+    )
+
+
+def _owned_by(db: sqlite3.Connection, run_id: str, producer: str | None) -> bool:
+    """Whether ``producer`` owns the run, claiming it when nobody does yet
+    (an end that arrives before its run's start, or a run without one)."""
+    _claim(db, run_id, producer)
+    (owner,) = db.execute("SELECT owner_id FROM runs WHERE local_id = ?", (run_id,)).fetchone()
+    return bool(owner == (producer or ""))
 
 
 def _add_to_views(

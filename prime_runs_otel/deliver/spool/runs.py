@@ -151,6 +151,16 @@ class SpoolRuns(SpoolCore):
         rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC")
         return [self._run_from_row(row) for row in rows]
 
+    def runs_changed_since(self, when: float) -> list[RunRow]:
+        """Runs created or updated at ``when`` (epoch seconds) or later:
+        every change of a run's state goes through ``updated_at``, so a
+        watcher of many runs reads the few that changed, not all of them."""
+        rows = self._query(
+            f"SELECT {self._RUN_COLUMNS} FROM runs WHERE updated_at >= ? ORDER BY created_at",
+            (when,),
+        )
+        return [self._run_from_row(row) for row in rows]
+
     def runs_to_deliver_or_close(self) -> list[RunRow]:
         """Runs not yet closed: online ones to deliver, local ones to close
         when their producer ends (or dies)."""

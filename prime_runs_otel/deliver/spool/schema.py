@@ -177,6 +177,9 @@ ADDED_COLUMNS = {
         ("end_summary", "TEXT"),
         # Episodes the producer could not encode (reported with the run's end).
         ("unencodable", "INTEGER NOT NULL DEFAULT 0"),
+        # The producer that owns the run (its service.instance.id, '' for none):
+        # behind serve, the run's end is taken from this producer only.
+        ("owner_id", "TEXT"),
     ),
     "episodes": (
         ("step", "INTEGER"),
