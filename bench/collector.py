@@ -13,8 +13,9 @@ Two runs on the same episodes:
   them, so the producer costs next to nothing: what rotel and serve sustain.
 
 Printed for each: episodes per second (first send to run closed), CPU per
-episode in `serve` (its whole process, from /proc), and latency from
-sending an episode to the platform's receipt (p50/p99).
+episode in `serve`, in the collector (whole processes, from /proc) and in
+this process (the producer and the fake platform), and latency from sending
+an episode to the platform's receipt (p50/p99).
 
     python bench/collector.py [--episodes 5000] [--size 8000] [--collector rotel,otelcol]
 """
@@ -151,6 +152,18 @@ class Pipeline:
             stderr=subprocess.DEVNULL,
         )
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of serve, the collector, and this process (the
+        producer and the fake platform)."""
+        return {
+            "serve": cpu_seconds(self.serve.pid),
+            "collector": cpu_seconds(self.collector.pid),
+            "producer_and_platform": time.process_time(),
+        }
+
+    def cpu_since(self, before: dict[str, float]) -> dict[str, float]:
+        return {name: value - before[name] for name, value in self.cpu().items()}
+
     def stop(self) -> None:
         self.collector.send_signal(signal.SIGTERM)
         self.serve.send_signal(signal.SIGTERM)
@@ -194,7 +207,7 @@ def live(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[s
     )
     tracer = provider.get_tracer("bench")
     sent: dict[str, float] = {}
-    serve_cpu0 = cpu_seconds(pipeline.serve.pid)
+    cpu0 = pipeline.cpu()
     started = time.perf_counter()
     pro.emit_run_start(tracer, {})
     for record in records:
@@ -204,9 +217,9 @@ def live(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[s
     provider.force_flush(600_000)
     run = wait_closed(fake, str(resource.attributes["prime.run.id"]))
     elapsed = time.perf_counter() - started
-    serve_cpu = cpu_seconds(pipeline.serve.pid) - serve_cpu0
+    cpu = pipeline.cpu_since(cpu0)
     provider.shutdown()
-    return {"run": run, "elapsed": elapsed, "serve_cpu": serve_cpu, "sent": sent}
+    return {"run": run, "elapsed": elapsed, "cpu": cpu, "sent": sent}
 
 
 def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -243,7 +256,7 @@ def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict
         response_deserializer=None,
     )
     sent: dict[str, float] = {}
-    serve_cpu0 = cpu_seconds(pipeline.serve.pid)
+    cpu0 = pipeline.cpu()
     started = time.perf_counter()
     for episode_ids, body in requests:
         now = time.time()
@@ -251,9 +264,9 @@ def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict
         export(body, timeout=60)
     run = wait_closed(fake, str(resource.attributes["prime.run.id"]))
     elapsed = time.perf_counter() - started
-    serve_cpu = cpu_seconds(pipeline.serve.pid) - serve_cpu0
+    cpu = pipeline.cpu_since(cpu0)
     channel.close()
-    return {"run": run, "elapsed": elapsed, "serve_cpu": serve_cpu, "sent": sent}
+    return {"run": run, "elapsed": elapsed, "cpu": cpu, "sent": sent}
 
 
 def main() -> None:
@@ -298,7 +311,10 @@ def main() -> None:
                     )
                     figures[name] = {
                         "episodes_per_s": delivered / done["elapsed"],
-                        "serve_cpu_ms_per_episode": 1000 * done["serve_cpu"] / max(delivered, 1),
+                        **{
+                            f"{part}_cpu_ms_per_episode": 1000 * seconds / max(delivered, 1)
+                            for part, seconds in done["cpu"].items()
+                        },
                         "latency_p50_ms": 1000 * percentile(latencies, 0.5),
                         "latency_p99_ms": 1000 * percentile(latencies, 0.99),
                         "delivered": float(delivered),

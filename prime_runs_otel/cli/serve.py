@@ -27,6 +27,7 @@ from ..collector.receiver_config import (
     DEFAULT_MEMORY_BYTES,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
+    DEFAULT_STRAGGLER_WAIT,
     DEFAULT_WORKERS,
     TOKEN_ENV,
     MiB,
@@ -85,6 +86,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "crashed (default: %(default)g)",
     )
     parser.add_argument(
+        "--straggler-wait",
+        type=non_negative_float,
+        default=DEFAULT_STRAGGLER_WAIT,
+        help="seconds an ended run waits without news for episodes its end span counts "
+        "but that have not arrived, before it closes without them (default: %(default)g)",
+    )
+    parser.add_argument(
         "--shutdown-grace",
         type=non_negative_float,
         default=DEFAULT_SHUTDOWN_GRACE,
@@ -141,6 +149,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         memory_bytes=int(args.memory_mib * MiB),
         settle_seconds=args.settle_seconds,
         max_held_spans=args.max_held_spans,
+        straggler_wait=args.straggler_wait,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     watcher = RunWatcher(settings)

@@ -48,7 +48,12 @@ class Receiver:
         self.config = config
         self.settings = settings
         self.spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
-        self.uploader = Uploader(self.spool, settings, idle_timeout=config.idle_timeout)
+        self.uploader = Uploader(
+            self.spool,
+            settings,
+            idle_timeout=config.idle_timeout,
+            straggler_wait=config.straggler_wait,
+        )
         self.intake = SpanIntake(
             self.spool,
             settings,

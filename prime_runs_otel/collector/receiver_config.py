@@ -29,6 +29,12 @@ DEFAULT_MEMORY_BYTES = 2048 * MiB
 DEFAULT_READ_TIMEOUT = 120.0
 #: How long in-flight requests may take to finish after a stop signal.
 DEFAULT_SHUTDOWN_GRACE = 30.0
+#: After a run's end span, how long the run may go without news of it before
+#: it closes although episodes the end span counts have not arrived. Behind
+#: a collector the end can arrive first; the rest follows with the
+#: collector's next retry (every 30 s at most in the shipped configs), also
+#: after a restart of either side.
+DEFAULT_STRAGGLER_WAIT = 120.0
 #: Requests decoded and committed at once; the rest wait their turn. Spool
 #: commits serialise anyway, and each large request holds its body in memory.
 DEFAULT_WORKERS = 4
@@ -52,6 +58,7 @@ class ReceiverConfig:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     max_held_spans: int = DEFAULT_MAX_HELD_SPANS
+    straggler_wait: float = DEFAULT_STRAGGLER_WAIT
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""
@@ -73,6 +80,8 @@ class ReceiverConfig:
             raise ConfigError("the time a request body may take must be positive")
         if self.settle_seconds < 0:
             raise ConfigError("the wait for an episode's spans cannot be negative")
+        if self.straggler_wait < 0:
+            raise ConfigError("the wait for an ended run's missing episodes cannot be negative")
         if self.max_held_spans < 1:
             raise ConfigError("serve must be able to hold at least one span for synthesis")
 

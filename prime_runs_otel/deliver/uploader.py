@@ -39,7 +39,7 @@ from .clients import PlatformClients
 from .crashed import end_if_crashed
 from .eval_run import EvalLifecycle
 from .lease import Lease
-from .lifecycle import RunLifecycle, reload
+from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
 from .platform.http import PlatformError
 from .spool import RunRow, Spool
@@ -66,11 +66,13 @@ class Uploader:
         lease_ttl: float = 120.0,
         idle_timeout: float | None = None,
         export_running: ExportRunning | None = None,
+        straggler_wait: float = STRAGGLER_WAIT,
     ) -> None:
         """``export_running`` is the flag of the exporter in this process: the
         uploader lets go of the GIL between episodes while it is up. Without
         one (``serve``, whose intake threads commit at any moment) it always
-        does."""
+        does. ``straggler_wait``: how long an ended run that still misses
+        episodes waits for them without news (see :class:`.lifecycle.StragglerWait`)."""
         self._spool = spool
         self._poll_interval = poll_interval
         self._idle_timeout = idle_timeout
@@ -93,8 +95,13 @@ class Uploader:
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
-        self._evals = EvalLifecycle(spool, self._clients, stream, team_id=settings.team_id)
-        self._training = TrainingLifecycle(spool, self._clients, stream, team_id=settings.team_id)
+        stragglers = StragglerWait(straggler_wait)
+        self._evals = EvalLifecycle(
+            spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
+        )
+        self._training = TrainingLifecycle(
+            spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
+        )
 
     # -- thread control ------------------------------------------------------
 
@@ -186,6 +193,13 @@ class Uploader:
                 self._pauses.clear(run.local_id)
 
     def _advance(self, run: RunRow) -> None:
+        lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
+        if run.closed:
+            # Closed with episodes that arrived after: delivered like any
+            # other, to the closed run, if the platform takes them.
+            if run.platform_id is not None:
+                lifecycle.deliver(run)
+            return
         if run.end_status is None:
             run = end_if_crashed(self._spool, run, self._idle_timeout)
         if run.mode != "online":
@@ -198,7 +212,6 @@ class Uploader:
             if run.end_status is not None and run.close_state != "gave_up":
                 self._spool.update_run(run.local_id, close_state="gave_up")
             return
-        lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
         if run.create_state in ("pending", "creating"):
             lifecycle.create(run)
             run = reload(self._spool, run)

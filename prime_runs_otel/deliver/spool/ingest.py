@@ -81,12 +81,17 @@ class SpoolIngest(SpoolSize):
                 duplicates += len(batch.episodes) - added - refused
                 corrupt += len(batch.corrupt) + len(batch.corrupt_metrics)
                 insert_metrics(db, local_id, batch.metrics, now)
+                # Episodes stored after the run was closed are counted late:
+                # the uploader still delivers them, to the closed run.
                 db.execute(
                     "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
+                    "late = late + CASE WHEN close_state = 'closed' AND mode = 'online' "
+                    "THEN ? ELSE 0 END, "
                     "duplicates = duplicates + ?, corrupt = corrupt + ?, rejected = rejected + ?, "
                     "updated_at = ?, last_seen = ? WHERE local_id = ?",
                     (
                         json.dumps(summary.to_state()),
+                        added,
                         added,
                         len(batch.episodes) - added - refused,
                         len(batch.corrupt) + len(batch.corrupt_metrics),

@@ -122,6 +122,10 @@ ADDED_COLUMNS = {
         ("end_summary", "TEXT"),
         # Episodes the producer could not encode (reported with the run's end).
         ("unencodable", "INTEGER NOT NULL DEFAULT 0"),
+        # Episodes that arrived after the run was closed (delivered to the
+        # closed run if the platform takes them), and of those the ones it refused.
+        ("late", "INTEGER NOT NULL DEFAULT 0"),
+        ("late_refused", "INTEGER NOT NULL DEFAULT 0"),
     ),
     "episodes": (("step", "INTEGER"),),
     "producers": (("owner", "INTEGER NOT NULL DEFAULT 1"),),
