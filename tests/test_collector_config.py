@@ -168,6 +168,18 @@ def test_loadbalancer_keeps_a_run_on_one_backend() -> None:
     assert "otlp" in exporter["protocol"]  # the loadbalancing exporter speaks gRPC
 
 
+def test_loadbalancer_keeps_what_it_acknowledged_on_disk() -> None:
+    """The queue is the loadbalancing exporter's own, on disk, before routing;
+    the per-backend exporters keep nothing in memory and leave retries to it
+    (which routes again, so a backend that left gets nothing more)."""
+    exporter = load(CONFIG_DIR / "loadbalancer.yaml")["exporters"]["loadbalancing"]
+    assert exporter["sending_queue"]["storage"].startswith("file_storage")
+    assert exporter["retry_on_failure"]["max_elapsed_time"] in ("0s", 0)
+    otlp = exporter["protocol"]["otlp"]
+    assert otlp["sending_queue"]["enabled"] is False
+    assert otlp["retry_on_failure"]["enabled"] is False
+
+
 def test_fanout_strips_records_only_from_the_jaeger_pipeline() -> None:
     config = load(CONFIG_DIR / "fanout-jaeger.yaml")
     pipelines = config["service"]["pipelines"]
