@@ -19,8 +19,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -49,11 +49,11 @@ from prime_runs_otel.testing import FakePlatform
 __all__ = ["start_serve"]  # the fixture, shared with test_receiver
 
 
-def end_spans(run_id: str, recorded: int) -> list[ReadableSpan]:
+def end_spans(run_id: str, recorded: int, resource: Resource | None = None) -> list[ReadableSpan]:
     """The run's end alone, counting ``recorded`` episodes."""
     memory = InMemorySpanExporter()
     provider = TracerProvider(
-        resource=run_resource(run_id=run_id, environments=[ENVIRONMENT], name=run_id)
+        resource=resource or run_resource(run_id=run_id, environments=[ENVIRONMENT], name=run_id)
     )
     provider.add_span_processor(SimpleSpanProcessor(memory))
     emit_run_end(provider.get_tracer("test"), "completed", episodes_recorded=recorded)

@@ -133,6 +133,21 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
     )
+    parser.add_argument(
+        "--fleet-dir",
+        help="a folder every serve of a fleet shares (behind a load balancer): each run gets "
+        "one owner there, and spans of a run reach it wherever they arrive",
+    )
+    parser.add_argument(
+        "--fleet-name",
+        help="this serve's name in the fleet; a serve started under the same name takes over "
+        "its runs (default: host:http-port)",
+    )
+    parser.add_argument(
+        "--fleet-address",
+        help="where the other serves of the fleet reach this one's OTLP/HTTP "
+        "(default: http://<host>:<http-port>)",
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -150,6 +165,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settle_seconds=args.settle_seconds,
         max_held_spans=args.max_held_spans,
         straggler_wait=args.straggler_wait,
+        fleet_dir=args.fleet_dir,
+        fleet_name=args.fleet_name,
+        fleet_address=args.fleet_address,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     watcher = RunWatcher(settings)

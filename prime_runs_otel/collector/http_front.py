@@ -40,6 +40,7 @@ from .bodies import (
     media_type,
     too_large,
 )
+from .forward import FORWARDED_HEADER
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, MiB, ReceiverConfig
 
@@ -162,6 +163,7 @@ class OtlpHttpApp:
                 body,
                 headers.get("content-encoding", ""),
                 content_type,
+                FORWARDED_HEADER in headers,
             )
         except BodyError as exc:
             logger.warning("Refused an OTLP/HTTP request: %s", exc.message)
@@ -169,8 +171,11 @@ class OtlpHttpApp:
             return
         await _send_verdict(send, verdict, content_type)
 
-    def _accept(self, body: bytes, encoding: str, content_type: str) -> Verdict:
-        """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
+    def _accept(
+        self, body: bytes, encoding: str, content_type: str, forwarded: bool = False
+    ) -> Verdict:
+        """Decompress, decode and commit one OTLP/HTTP body (on a worker thread);
+        ``forwarded``: sent on by the member of the fleet it first reached."""
         data = decompress(body, encoding, self._config.max_body_bytes)
         with self._receiver.memory.reserve(len(data)):
             try:
@@ -178,7 +183,7 @@ class OtlpHttpApp:
             except OtlpDecodeError as exc:
                 raise BodyError(400, str(exc)) from None
             del data
-            return self._receiver.intake.accept(request)
+            return self._receiver.intake.accept(request, forwarded=forwarded)
 
 
 def _headers(scope: Scope) -> dict[str, str]:

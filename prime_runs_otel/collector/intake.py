@@ -34,6 +34,7 @@ from ..read.otlp import span_views
 from ..read.records import RunBatch
 from ..read.span_tree import SpanTree, SpanTreeBuffer
 from ..read.spans import SpanView
+from .forward import FleetRouter, ForwardFailed
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 FULL_RETRY_AFTER = 30
 #: Retry hint when a commit failed (a locked or briefly unavailable disk).
 COMMIT_RETRY_AFTER = 5
+#: Retry hint when the owner of a run (another serve) did not take its spans.
+FORWARD_RETRY_AFTER = 2
 #: How long an episode span without a record waits for the spans under it.
 #: A collector batches and sends a trace's spans within seconds of each other
 #: (its batch processor flushes every 200 ms by default, at most a few s).
@@ -108,8 +111,11 @@ class SpanIntake:
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
         clock: Callable[[], float] = time.monotonic,
+        router: FleetRouter | None = None,
     ) -> None:
         self.spool = spool
+        #: With a fleet: spans of runs another serve owns go on to it.
+        self.router = router
         self.settings = settings
         self._uploader = uploader
         #: Episodes read off spans get their Prime Traces line built there,
@@ -132,7 +138,23 @@ class SpanIntake:
     def has_room(self) -> bool:
         return self.spool.size_bytes() < self.spool.max_bytes
 
-    def accept(self, request: ExportTraceServiceRequest) -> Verdict:
+    def accept(self, request: ExportTraceServiceRequest, *, forwarded: bool = False) -> Verdict:
+        """Commit ``request``; ``forwarded``: another member of the fleet sent
+        it on, so it is committed here whoever the fleet folder names."""
+        if self.router is None or forwarded:
+            return self._accept_here(request)
+        try:
+            routed = self.router.route(request)
+        except ForwardFailed as exc:
+            logger.warning("Could not forward spans to their run's owner: %s", exc)
+            return Verdict("unavailable", str(exc), retry_after=FORWARD_RETRY_AFTER)
+        verdict = self._accept_here(routed.local)
+        if verdict.outcome != "accepted" or not routed.rejected:
+            return verdict
+        message = "; ".join(part for part in (verdict.message, *routed.messages) if part)
+        return Verdict("accepted", message, rejected=verdict.rejected + routed.rejected)
+
+    def _accept_here(self, request: ExportTraceServiceRequest) -> Verdict:
         views = list(span_views(request))
         with self._lock:
             # Checked before the buffer sees the spans, so a refused batch

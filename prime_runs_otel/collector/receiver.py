@@ -23,10 +23,12 @@ import grpc
 
 from .._text import shown
 from ..config import Settings
+from ..deliver.fleet import Fleet, FleetError
 from ..deliver.spool import Spool
 from ..deliver.uploader import Uploader
 from ..errors import ConfigError
 from .bodies import DecodeBudget
+from .forward import FleetRouter
 from .grpc_front import grpc_server
 from .http_front import TRACES_PATH, http_server, listen
 from .intake import SpanIntake, Verdict
@@ -48,11 +50,19 @@ class Receiver:
         self.config = config
         self.settings = settings
         self.spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+        self._http_socket = listen(config.host, config.http_port)
+        self.http_port: int = self._http_socket.getsockname()[1]
+        try:
+            self.fleet = self._join_fleet()
+        except ConfigError:
+            self._http_socket.close()
+            raise
         self.uploader = Uploader(
             self.spool,
             settings,
             idle_timeout=config.idle_timeout,
             straggler_wait=config.straggler_wait,
+            fleet=self.fleet,
         )
         self.intake = SpanIntake(
             self.spool,
@@ -60,6 +70,7 @@ class Receiver:
             self.uploader,
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
+            router=None if self.fleet is None else FleetRouter(self.fleet, config.token),
         )
         self.memory = DecodeBudget(config.memory_bytes)
         self._releasing = threading.Event()
@@ -67,8 +78,6 @@ class Receiver:
             target=self._release_loop, name="otlp-synthesis", daemon=True
         )
         self._executor = ThreadPoolExecutor(config.workers, thread_name_prefix="otlp-intake")
-        self._http_socket = listen(config.host, config.http_port)
-        self.http_port: int = self._http_socket.getsockname()[1]
         self.grpc_port: int | None = None
         self._grpc: grpc.Server | None = None
         self._grpc_executor = ThreadPoolExecutor(config.workers, thread_name_prefix="otlp-grpc")
@@ -84,6 +93,28 @@ class Receiver:
         #: OTLP/HTTP requests being read or committed (shown on /healthz).
         self.in_flight = 0
         self._server = http_server(self)
+
+    def _join_fleet(self) -> Fleet | None:
+        """The fleet folder, with this serve's name and address in it."""
+        config = self.config
+        if config.fleet_dir is None:
+            return None
+        fleet = Fleet(
+            config.fleet_dir,
+            config.member_name(self.http_port),
+            config.member_address(self.http_port),
+        )
+        try:
+            fleet.join()
+        except FleetError as exc:
+            raise ConfigError(str(exc)) from exc
+        logger.info(
+            "serve is %s in the fleet of %s, reached at %s",
+            fleet.name,
+            fleet.directory,
+            fleet.address,
+        )
+        return fleet
 
     # -- running ------------------------------------------------------------------
 
@@ -114,6 +145,7 @@ class Receiver:
                 self._stop_releasing,
                 self.intake.flush,
                 lambda: self.uploader.stop(timeout=self.config.shutdown_grace),
+                self._close_router,
                 self._http_socket.close,
                 self.spool.close,
             ):
@@ -123,6 +155,10 @@ class Receiver:
                     logger.error(
                         "Stopping: a step failed (%s: %s); going on", type(exc).__name__, shown(exc)
                     )
+
+    def _close_router(self) -> None:
+        if self.intake.router is not None:
+            self.intake.router.close()
 
     def stop(self) -> None:
         """Ask a running :meth:`serve` to drain and return (thread-safe)."""

@@ -38,6 +38,7 @@ from .backoff import Backoff, Pauses
 from .clients import PlatformClients
 from .crashed import end_if_crashed
 from .eval_run import EvalLifecycle
+from .fleet import Fleet, FleetError
 from .lease import Lease
 from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
@@ -67,12 +68,15 @@ class Uploader:
         idle_timeout: float | None = None,
         export_running: ExportRunning | None = None,
         straggler_wait: float = STRAGGLER_WAIT,
+        fleet: Fleet | None = None,
     ) -> None:
         """``export_running`` is the flag of the exporter in this process: the
         uploader lets go of the GIL between episodes while it is up. Without
         one (``serve``, whose intake threads commit at any moment) it always
         does. ``straggler_wait``: how long an ended run that still misses
-        episodes waits for them without news (see :class:`.lifecycle.StragglerWait`)."""
+        episodes waits for them without news (see :class:`.lifecycle.StragglerWait`).
+        ``fleet``: the serve instances this one shares runs with; only the
+        owner of a run creates and closes it (see :mod:`.fleet`)."""
         self._spool = spool
         self._poll_interval = poll_interval
         self._idle_timeout = idle_timeout
@@ -82,10 +86,11 @@ class Uploader:
         self._lease = Lease(spool, lease_ttl)
         self._pauses = Pauses(settings.retry_max_delay)
         self._clients = PlatformClients(settings)
+        self._fleet = fleet
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
-        stream = EpisodeStream(
+        self._stream = stream = EpisodeStream(
             spool,
             settings,
             self._clients,
@@ -192,6 +197,36 @@ class Uploader:
             else:
                 self._pauses.clear(run.local_id)
 
+    def _owned_here(self, run: RunRow) -> RunRow | None:
+        """With a fleet: ``run`` as this serve, its owner, goes on with it, or
+        ``None`` when another serve owns it. Such a run reached this spool
+        only around a change of owners; it is never created, closed or ended
+        as crashed here (its owner hears all of it and does that): its
+        episodes go to the owner's platform run once the claim names it.
+        A run this serve owns whose claim names a platform run already (a
+        replacement under the same name, with a new spool) adopts it."""
+        assert self._fleet is not None
+        try:
+            owned = self._fleet.owns(run.local_id)
+            claim = None if run.platform_id else self._fleet.claim_of(run.local_id)
+        except FleetError as exc:
+            raise Backoff(PlatformError(str(exc))) from exc
+        if claim is not None and claim.platform_id is not None:
+            self._spool.update_run(
+                run.local_id,
+                platform_id=claim.platform_id,
+                url=claim.url,
+                create_state="created",
+            )
+            logger.info("Run %s: the platform run %s of its claim", run.local_id, claim.platform_id)
+            run = reload(self._spool, run)
+        if owned:
+            return run
+        if run.platform_id is not None:
+            self._stream.resume(run)
+            self._stream.deliver_some(run)
+        return None
+
     def _advance(self, run: RunRow) -> None:
         lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
         if run.closed:
@@ -200,6 +235,11 @@ class Uploader:
             if run.platform_id is not None:
                 lifecycle.deliver(run)
             return
+        if self._fleet is not None and run.mode == "online":
+            owned = self._owned_here(run)
+            if owned is None:
+                return
+            run = owned
         if run.end_status is None:
             run = end_if_crashed(self._spool, run, self._idle_timeout)
         if run.mode != "online":
@@ -215,6 +255,8 @@ class Uploader:
         if run.create_state in ("pending", "creating"):
             lifecycle.create(run)
             run = reload(self._spool, run)
+            if self._fleet is not None and run.platform_id is not None:
+                self._fleet.record_created(run.local_id, run.platform_id, run.url)
         if run.create_state != "created" or run.platform_id is None:
             return
         lifecycle.deliver(run)
