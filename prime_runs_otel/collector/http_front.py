@@ -47,6 +47,9 @@ from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, MiB, ReceiverConfi
 logger = logging.getLogger(__name__)
 
 TRACES_PATH = "/v1/traces"
+#: serve's own figures, in the Prometheus text format (no token, as /healthz).
+METRICS_PATH = "/metrics"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -66,6 +69,8 @@ class HttpReceiver(Protocol):
 
     def not_ready_reason(self) -> str | None: ...
 
+    def metrics_text(self) -> str: ...
+
     def begin_stop(self) -> threading.Event: ...
 
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict: ...
@@ -84,7 +89,8 @@ _GRPC_CODE_OF_STATUS = {
 
 
 class OtlpHttpApp:
-    """A minimal ASGI app: ``POST /v1/traces``, ``GET /healthz``, ``GET /readyz``.
+    """A minimal ASGI app: ``POST /v1/traces``, ``GET /healthz``, ``GET /readyz``,
+    ``GET /metrics``.
 
     Request bodies are read and decoded off the event loop (decoding a large
     batch is CPU-bound, the commit is blocking SQLite), so health checks stay
@@ -100,11 +106,14 @@ class OtlpHttpApp:
             return
         path = scope["path"].rstrip("/") or "/"
         method = scope["method"]
-        if path in ("/healthz", "/readyz"):
+        if path in ("/healthz", "/readyz", METRICS_PATH):
             if method not in ("GET", "HEAD"):
                 await _send_json(send, 405, {"error": "use GET"}, allow="GET")
                 return
-            await self._health(send, ready=path == "/readyz")
+            if path == METRICS_PATH:
+                await self._metrics(send)
+            else:
+                await self._health(send, ready=path == "/readyz")
             return
         if path != TRACES_PATH:
             await _send_status(
@@ -119,6 +128,12 @@ class OtlpHttpApp:
             await self._export(scope, receive, send)
         finally:
             self._receiver.in_flight -= 1
+
+    async def _metrics(self, send: Send) -> None:
+        """The Prometheus text format; read off the event loop (the spool's
+        counts are SQLite reads)."""
+        text = await asyncio.to_thread(self._receiver.metrics_text)
+        await _send(send, 200, text.encode(), METRICS_TYPE)
 
     async def _health(self, send: Send, *, ready: bool) -> None:
         if not ready:

@@ -35,6 +35,7 @@ from ..read.records import RunBatch
 from ..read.span_tree import SpanTree, SpanTreeBuffer
 from ..read.spans import SpanView
 from .forward import FleetRouter, ForwardFailed
+from .metrics import ServeCounters
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,8 @@ class SpanIntake:
         self.spool = spool
         #: With a fleet: spans of runs another serve owns go on to it.
         self.router = router
+        #: What /metrics reports of this process.
+        self.counters = ServeCounters()
         self.settings = settings
         self._uploader = uploader
         #: Episodes read off spans get their Prime Traces line built there,
@@ -141,6 +144,16 @@ class SpanIntake:
     def accept(self, request: ExportTraceServiceRequest, *, forwarded: bool = False) -> Verdict:
         """Commit ``request``; ``forwarded``: another member of the fleet sent
         it on, so it is committed here whoever the fleet folder names."""
+        verdict = self._route_and_accept(request, forwarded)
+        self.counters.add("requests_total", outcome=verdict.outcome)
+        if verdict.outcome == "accepted":
+            self.counters.add("episodes_refused_total", verdict.rejected, reason="refused_alone")
+        else:
+            refused = _episode_spans_in(request)
+            self.counters.add("episodes_refused_total", refused, reason=verdict.outcome)
+        return verdict
+
+    def _route_and_accept(self, request: ExportTraceServiceRequest, forwarded: bool) -> Verdict:
         if self.router is None or forwarded:
             return self._accept_here(request)
         try:
@@ -148,6 +161,7 @@ class SpanIntake:
         except ForwardFailed as exc:
             logger.warning("Could not forward spans to their run's owner: %s", exc)
             return Verdict("unavailable", str(exc), retry_after=FORWARD_RETRY_AFTER)
+        self.counters.add("spans_forwarded_total", routed.forwarded_spans)
         verdict = self._accept_here(routed.local)
         if verdict.outcome != "accepted" or not routed.rejected:
             return verdict
@@ -257,6 +271,9 @@ class SpanIntake:
             outcome = self._commit_each(pending)
         self._uncommitted = []
         self.commit_problem = None
+        self.counters.add("episodes_stored_total", outcome.stored)
+        self.counters.add("episodes_duplicate_total", outcome.duplicates)
+        self.counters.add("episodes_accepted_total", outcome.stored + outcome.duplicates)
         if self._uploader is not None:
             self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
@@ -346,6 +363,20 @@ def _describe(item: RunBatch) -> str:
     if item.end is not None:
         return "the run's end"
     return "the run's start"
+
+
+def _episode_spans_in(request: ExportTraceServiceRequest) -> int:
+    """How many spans of ``request`` are episodes (counted when it is refused whole)."""
+    count = 0
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if any(
+                    pair.key in (semconv.EPISODE_ID, semconv.EPISODE_EXAMPLE_ID)
+                    for pair in span.attributes
+                ):
+                    count += 1
+    return count
 
 
 def _is_episode_span(view: SpanView) -> bool:

@@ -32,6 +32,7 @@ from .forward import FleetRouter
 from .grpc_front import grpc_server
 from .http_front import TRACES_PATH, http_server, listen
 from .intake import SpanIntake, Verdict
+from .metrics import render as render_metrics
 from .receiver_config import ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,15 @@ class Receiver:
         self._releasing.set()
         if self._releaser.is_alive():
             self._releaser.join()
+
+    def metrics_text(self) -> str:
+        """``GET /metrics``: this process's counters and the spool's state."""
+        return render_metrics(
+            self.intake.counters,
+            self.spool.counts(),
+            spool_bytes=self.spool.size_bytes(),
+            spool_max_bytes=self.spool.max_bytes,
+        )
 
     def not_ready_reason(self) -> str | None:
         if self._stopped is not None:

@@ -12,7 +12,8 @@ One module per question:
   Traces uploads (exactly once); ``samples``: legacy sample requests (at most
   once); ``steps``: training step metrics and sample-table objects.
 - ``processes``: which processes feed a run, and the delivery lease.
-- ``size``: the size cap.
+- ``size``: the size cap; ``tallies``: counts over the whole spool, for
+  watching it (``serve``'s /metrics).
 
 Composition: :class:`Spool` is the core with one mixin per module above, each
 a subclass of :class:`~.core.SpoolCore`, so every module reaches the same
@@ -43,6 +44,7 @@ from .samples import SpoolSamples
 from .schema import SCHEMA_VERSION
 from .size import WARN_FRACTION
 from .steps import MetricsRow, SpoolSteps, StepUpload
+from .tallies import SpoolCounts, SpoolTallies
 from .traces import SpoolTraces
 from .uploads import SpoolUploads, UploadRow
 
@@ -55,6 +57,7 @@ __all__ = [
     "MetricsRow",
     "RunRow",
     "Spool",
+    "SpoolCounts",
     "SpoolError",
     "StepUpload",
     "UploadRow",
@@ -74,6 +77,7 @@ class Spool(
     SpoolSamples,
     SpoolSteps,
     SpoolProcesses,
+    SpoolTallies,
 ):
     """Every run, episode and upload of one spool file (see the modules above).
 

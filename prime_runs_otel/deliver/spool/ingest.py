@@ -162,11 +162,12 @@ class SpoolIngest(SpoolSize):
         if not fresh:
             return 0, refused, size
         numbers = self._number_rollouts(db, run_id, fresh)
+        now = time.time()
         _insert_rows(
             db,
-            "episodes (run_id, episode_id, has_traces, size, step, rollout_number)",
+            "episodes (run_id, episode_id, has_traces, size, step, rollout_number, stored_at)",
             [
-                (run_id, e.episode_id, int(e.digest.has_traces), len(e.raw), e.step, number)
+                (run_id, e.episode_id, int(e.digest.has_traces), len(e.raw), e.step, number, now)
                 for e, number in zip(fresh, numbers, strict=True)
             ],
         )

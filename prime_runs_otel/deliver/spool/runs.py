@@ -216,7 +216,14 @@ class SpoolRuns(SpoolCore):
                 "DELETE FROM records WHERE seq IN (SELECT seq FROM episodes WHERE run_id = ?)",
                 (local_id,),
             )
-            for table in ("episodes", "rollouts", "uploads", "metrics", "producers"):
+            for table in (
+                "episodes",
+                "episode_states",
+                "rollouts",
+                "uploads",
+                "metrics",
+                "producers",
+            ):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", (local_id,))
             db.execute("DELETE FROM runs WHERE local_id = ?", (local_id,))
             return int(count)
