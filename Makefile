@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol
+.PHONY: demo test lint typecheck bench bench-quick check-backends clean otelcol soak soak-fleet
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,22 @@ bench: $(TESTING)
 bench-quick: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py --quick
+
+# The fleet soak, long (`make test` runs a short one): producers, the load
+# balancer, gateway + serve backends sharing a fleet folder, the fake
+# platform; random kill -9 of serve, gateway and load balancer, a backend
+# added and one removed mid-run; exact books per run. Three seeds in turn.
+SOAK_FLEET_RUNS ?= 20
+SOAK_FLEET_EPISODES ?= 500
+soak-fleet: $(TESTING)
+	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
+	for seed in 1 2 3; do \
+	  OTELCOL_BIN="$$bin" SOAK_FLEET=long SOAK_FLEET_SEED=$$seed \
+	  SOAK_FLEET_RUNS=$(SOAK_FLEET_RUNS) SOAK_FLEET_EPISODES=$(SOAK_FLEET_EPISODES) \
+	  $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fleet_soak.py || exit 1; \
+	done
+
+soak: soak-fleet
 
 # A run as Arize Phoenix shows it (not part of `make test`): Phoenix is large,
 # so it gets a virtualenv of its own.
