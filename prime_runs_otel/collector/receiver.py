@@ -64,6 +64,7 @@ class Receiver:
             idle_timeout=config.idle_timeout,
             straggler_wait=config.straggler_wait,
             fleet=self.fleet,
+            behind_collector=True,
         )
         self.intake = SpanIntake(
             self.spool,

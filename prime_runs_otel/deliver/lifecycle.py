@@ -105,14 +105,23 @@ class StragglerWait:
 
     seconds: float = STRAGGLER_WAIT
     since: float = field(default_factory=time.time)
+    #: Whether an episode that arrived again counts as one the producer
+    #: recorded again. In process it does (nothing retries there: the
+    #: producer recorded the same episode twice, and counted it twice).
+    #: Behind a collector it does not: duplicates there are the collector's
+    #: retries, and counting them would close a run before episodes that are
+    #: still on their way.
+    count_duplicates: bool = True
 
     def missing(self, run: RunRow) -> int:
         """Episodes the end span counts that have not arrived. A damaged
-        record arrived (and was counted lost); a duplicate is not another
-        episode, so it counts for nothing."""
+        record arrived (and was counted lost)."""
         if run.end_expected is None:
             return 0
-        return max(0, run.end_expected - run.episodes - run.corrupt)
+        arrived = run.episodes + run.corrupt
+        if self.count_duplicates:
+            arrived += run.duplicates
+        return max(0, run.end_expected - arrived)
 
     def ready_to_close(self, spool: Spool, run: RunRow) -> bool:
         """The ended ``run`` is not closed yet, nothing of it is pending, and
@@ -131,7 +140,7 @@ class StragglerWait:
             "closing it without the %d missing (any that still arrive are delivered late)",
             run.local_id,
             run.end_expected,
-            run.episodes + run.corrupt,
+            (run.end_expected or 0) - missing,
             quiet,
             missing,
         )

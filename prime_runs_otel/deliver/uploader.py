@@ -69,6 +69,7 @@ class Uploader:
         export_running: ExportRunning | None = None,
         straggler_wait: float = STRAGGLER_WAIT,
         fleet: Fleet | None = None,
+        behind_collector: bool = False,
     ) -> None:
         """``export_running`` is the flag of the exporter in this process: the
         uploader lets go of the GIL between episodes while it is up. Without
@@ -76,7 +77,9 @@ class Uploader:
         does. ``straggler_wait``: how long an ended run that still misses
         episodes waits for them without news (see :class:`.lifecycle.StragglerWait`).
         ``fleet``: the serve instances this one shares runs with; only the
-        owner of a run creates and closes it (see :mod:`.fleet`)."""
+        owner of a run creates and closes it (see :mod:`.fleet`).
+        ``behind_collector``: episodes arrive through a collector, whose
+        retries bring duplicates that are not episodes recorded twice."""
         self._spool = spool
         self._poll_interval = poll_interval
         self._idle_timeout = idle_timeout
@@ -100,7 +103,7 @@ class Uploader:
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
-        stragglers = StragglerWait(straggler_wait)
+        stragglers = StragglerWait(straggler_wait, count_duplicates=not behind_collector)
         self._evals = EvalLifecycle(
             spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
         )
