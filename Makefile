@@ -16,7 +16,7 @@ TESTING := $(VENV)/.installed-test
 # the tests start many Python processes that import the same packages.
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
 
-.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium semconv soak
+.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium semconv soak soak-serve soak-fleet
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -81,11 +81,14 @@ test:
 	@MAKE="$(MAKE)" $(PYTHON) tests/check_all.py $(PYTEST_ARGS)
 
 # Long soak runs, not part of `make test` (the suite runs each at a size that
-# takes seconds): platform faults, overload and kills together, at scale,
-# with exact accounting. Add a soak test to SOAK_TESTS; each reads SOAK=long.
+# takes seconds): `make soak` runs both, soak-serve then soak-fleet.
+soak: soak-serve soak-fleet
+
+# serve alone: platform faults, overload and kills together, at scale, with
+# exact accounting. Add a soak test to SOAK_TESTS; each reads SOAK=long.
 SOAK_TESTS := tests/test_soak.py
 
-soak: $(TESTING)
+soak-serve: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" SOAK=long $(BIN)/python -m pytest -q $(SOAK_TESTS)
 
@@ -101,6 +104,20 @@ bench-viewer: $(TESTING)
 bench-quick: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py --quick
+
+# The fleet soak, long (`make test` runs a short one): producers, the load
+# balancer, gateway + serve backends sharing a fleet folder, the fake
+# platform; random kill -9 of serve, gateway and load balancer, a backend
+# added and one removed mid-run; exact books per run. Three seeds in turn.
+SOAK_FLEET_RUNS ?= 20
+SOAK_FLEET_EPISODES ?= 500
+soak-fleet: $(TESTING)
+	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
+	for seed in 1 2 3; do \
+	  OTELCOL_BIN="$$bin" SOAK_FLEET=long SOAK_FLEET_SEED=$$seed \
+	  SOAK_FLEET_RUNS=$(SOAK_FLEET_RUNS) SOAK_FLEET_EPISODES=$(SOAK_FLEET_EPISODES) \
+	  $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fleet_soak.py || exit 1; \
+	done
 
 # A run as Arize Phoenix shows it (not part of `make test`): Phoenix is large,
 # so it gets a virtualenv of its own.

@@ -12,9 +12,11 @@ Two runs on the same episodes:
 - replay: the same spans encoded beforehand and sent as fast as rotel takes
   them, so the producer costs next to nothing: what rotel and serve sustain.
 
-Printed for each: episodes per second (first send to run closed), CPU per
-episode in `serve` (its whole process, from /proc), and latency from
-sending an episode to the platform's receipt (p50/p99).
+The fake platform runs in a process of its own, as the real one runs on
+other machines. Printed for each: episodes per second (first send to run
+closed), CPU per episode in `serve`, in the collector, in this process (the
+producer) and in the fake platform (whole processes, from /proc), and
+latency from sending an episode to the platform's receipt (p50/p99).
 
     python bench/collector.py [--episodes 5000] [--size 8000] [--collector rotel,otelcol]
 """
@@ -22,6 +24,7 @@ sending an episode to the platform's receipt (p50/p99).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import signal
 import socket
@@ -73,10 +76,64 @@ def recipe() -> dict[str, str]:
     return settings
 
 
+def _serve_platform(conn: Any) -> None:
+    """The fake platform, in a process of its own (see :class:`PlatformProcess`)."""
+    from prime_runs_otel.testing import FakePlatform
+
+    with FakePlatform() as fake:
+        conn.send(fake.client_env())
+        while (request := conn.recv()) is not None:
+            name, *args = request
+            if name == "runs":
+                conn.send(fake.runs())
+            elif name == "uploads":
+                conn.send(list(fake.uploads))
+            else:
+                conn.send(len(fake.episodes(*args)))
+
+
+class PlatformProcess:
+    """The fake platform in its own process, as the real one is on other
+    machines: its work (taking uploads apart) does not share the producer's
+    interpreter. Asked for what it stored over a pipe."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self.process = context.Process(target=_serve_platform, args=(child,), daemon=True)
+        self.process.start()
+        self._env: dict[str, str] = self._conn.recv()
+
+    def _ask(self, *request: Any) -> Any:
+        self._conn.send(request)
+        return self._conn.recv()
+
+    def client_env(self) -> dict[str, str]:
+        return self._env
+
+    def runs(self) -> list[Any]:
+        return list(self._ask("runs"))
+
+    @property
+    def uploads(self) -> list[Any]:
+        return list(self._ask("uploads"))
+
+    def delivered(self, platform_id: str) -> int:
+        return int(self._ask("episodes", platform_id))
+
+    def __enter__(self) -> PlatformProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.send(None)
+        self.process.join(10)
+
+
 class Pipeline:
     """serve and a collector started against a fake platform, torn down on exit."""
 
-    def __init__(self, fake: Any, root: str, collector: str) -> None:
+    def __init__(self, fake: PlatformProcess, root: str, collector: str) -> None:
+        self.platform_pid = fake.process.pid
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))}
         self.http_port = free_port()
         self.serve = subprocess.Popen(
@@ -151,6 +208,19 @@ class Pipeline:
             stderr=subprocess.DEVNULL,
         )
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of serve, the collector, this process (the
+        producer) and the fake platform."""
+        return {
+            "serve": cpu_seconds(self.serve.pid),
+            "collector": cpu_seconds(self.collector.pid),
+            "producer": time.process_time(),
+            "platform": cpu_seconds(self.platform_pid),
+        }
+
+    def cpu_since(self, before: dict[str, float]) -> dict[str, float]:
+        return {name: value - before[name] for name, value in self.cpu().items()}
+
     def stop(self) -> None:
         self.collector.send_signal(signal.SIGTERM)
         self.serve.send_signal(signal.SIGTERM)
@@ -194,7 +264,7 @@ def live(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[s
     )
     tracer = provider.get_tracer("bench")
     sent: dict[str, float] = {}
-    serve_cpu0 = cpu_seconds(pipeline.serve.pid)
+    cpu0 = pipeline.cpu()
     started = time.perf_counter()
     pro.emit_run_start(tracer, {})
     for record in records:
@@ -204,9 +274,9 @@ def live(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[s
     provider.force_flush(600_000)
     run = wait_closed(fake, str(resource.attributes["prime.run.id"]))
     elapsed = time.perf_counter() - started
-    serve_cpu = cpu_seconds(pipeline.serve.pid) - serve_cpu0
+    cpu = pipeline.cpu_since(cpu0)
     provider.shutdown()
-    return {"run": run, "elapsed": elapsed, "serve_cpu": serve_cpu, "sent": sent}
+    return {"run": run, "elapsed": elapsed, "cpu": cpu, "sent": sent}
 
 
 def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -243,7 +313,7 @@ def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict
         response_deserializer=None,
     )
     sent: dict[str, float] = {}
-    serve_cpu0 = cpu_seconds(pipeline.serve.pid)
+    cpu0 = pipeline.cpu()
     started = time.perf_counter()
     for episode_ids, body in requests:
         now = time.time()
@@ -251,9 +321,9 @@ def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict
         export(body, timeout=60)
     run = wait_closed(fake, str(resource.attributes["prime.run.id"]))
     elapsed = time.perf_counter() - started
-    serve_cpu = cpu_seconds(pipeline.serve.pid) - serve_cpu0
+    cpu = pipeline.cpu_since(cpu0)
     channel.close()
-    return {"run": run, "elapsed": elapsed, "serve_cpu": serve_cpu, "sent": sent}
+    return {"run": run, "elapsed": elapsed, "cpu": cpu, "sent": sent}
 
 
 def main() -> None:
@@ -271,13 +341,12 @@ def main() -> None:
         raise SystemExit("--collector otelcol needs OTELCOL_BIN: run `make otelcol` for one")
 
     from prime_runs_otel.produce.synthetic import synthetic_episodes
-    from prime_runs_otel.testing import FakePlatform
 
     print(machine())
     pool = list(synthetic_episodes(1000, seed=3, target_bytes=args.size))
     figures: dict[str, dict[str, float]] = {}
     for collector in collectors:
-        with FakePlatform() as fake, tempfile.TemporaryDirectory() as root:
+        with PlatformProcess() as fake, tempfile.TemporaryDirectory() as root:
             pipeline = Pipeline(fake, root, collector)
             try:
                 for mode, measure in (("live", live), ("replay", replay)):
@@ -286,7 +355,7 @@ def main() -> None:
                     for record in records:
                         record["id"] = f"{mode}-{record['id']}"
                     done = measure(fake, pipeline, records)
-                    delivered = len(fake.episodes(done["run"].id))
+                    delivered = fake.delivered(done["run"].id)
                     received = receipts(fake, done["run"].id)
                     latencies = [
                         received[k] - at for k, at in done["sent"].items() if k in received
@@ -298,7 +367,10 @@ def main() -> None:
                     )
                     figures[name] = {
                         "episodes_per_s": delivered / done["elapsed"],
-                        "serve_cpu_ms_per_episode": 1000 * done["serve_cpu"] / max(delivered, 1),
+                        **{
+                            f"{part}_cpu_ms_per_episode": 1000 * seconds / max(delivered, 1)
+                            for part, seconds in done["cpu"].items()
+                        },
                         "latency_p50_ms": 1000 * percentile(latencies, 0.5),
                         "latency_p99_ms": 1000 * percentile(latencies, 0.99),
                         "delivered": float(delivered),

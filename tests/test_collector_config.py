@@ -206,6 +206,18 @@ def test_logs_reach_serve_through_the_gateways() -> None:
         assert [p["exporters"] for p in logs] == [["otlphttp/serve"]], name
 
 
+def test_loadbalancer_keeps_what_it_acknowledged_on_disk() -> None:
+    """The queue is the loadbalancing exporter's own, on disk, before routing;
+    the per-backend exporters keep nothing in memory and leave retries to it
+    (which routes again, so a backend that left gets nothing more)."""
+    exporter = load(CONFIG_DIR / "loadbalancer.yaml")["exporters"]["loadbalancing"]
+    assert exporter["sending_queue"]["storage"].startswith("file_storage")
+    assert exporter["retry_on_failure"]["max_elapsed_time"] in ("0s", 0)
+    otlp = exporter["protocol"]["otlp"]
+    assert otlp["sending_queue"]["enabled"] is False
+    assert otlp["retry_on_failure"]["enabled"] is False
+
+
 def test_fanout_strips_records_only_from_the_jaeger_pipeline() -> None:
     config = load(CONFIG_DIR / "fanout-jaeger.yaml")
     pipelines = config["service"]["pipelines"]
@@ -230,15 +242,28 @@ def test_rotel_recipe_names_real_settings() -> None:
             assert f"[env: {name}=" in helptext, f"rotel does not know {name}"
 
 
+def metrics_guide_config() -> str:
+    """docs/metrics.md's OTLP → collector → Prometheus config, as a reader saves it."""
+    guide = (CONFIG_DIR.parent / "docs" / "metrics.md").read_text()
+    [config] = [
+        block
+        for block in re.findall(r"```yaml\n(.*?)```", guide, re.S)
+        if "otlphttp/prometheus" in block
+    ]
+    return config
+
+
 def test_the_manifest_builds_exactly_the_components_the_configs_use() -> None:
-    """Nothing missing (a config the distribution cannot run) and nothing
-    extra (build time and binary size on every fresh machine)."""
+    """Nothing missing (a config the distribution cannot run, shipped or in
+    the metrics guide) and nothing extra (build time and binary size on
+    every fresh machine)."""
     manifest = yaml.safe_load(MANIFEST.read_text())
+    documents = [load(path) for path in CONFIGS] + [yaml.safe_load(metrics_guide_config())]
     used = {
         (kind, component_type(name))
-        for path in CONFIGS
+        for document in documents
         for kind in MODULES
-        for name in load(path).get(kind) or {}
+        for name in document.get(kind) or {}
     }
     wanted = {MODULES[kind][kind_type] for kind, kind_type in used}
     prefixes = (
@@ -396,12 +421,7 @@ def test_build_script_without_go_says_what_to_do(tmp_path: Path) -> None:
 def test_the_metrics_guide_s_collector_config_loads(tmp_path: Path) -> None:
     """docs/metrics.md's OTLP → collector → Prometheus config, as a reader
     saves it, on this repository's collector distribution."""
-    guide = (CONFIG_DIR.parent / "docs" / "metrics.md").read_text()
-    [config] = [
-        block
-        for block in re.findall(r"```yaml\n(.*?)```", guide, re.S)
-        if "otlphttp/prometheus" in block
-    ]
+    config = metrics_guide_config()
     assert "metrics" in yaml.safe_load(config)["service"]["pipelines"]
     path = tmp_path / "metrics-prometheus.yaml"
     path.write_text(config)

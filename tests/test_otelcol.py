@@ -7,7 +7,9 @@ producers → collector(s) → ``serve`` → the fake platform, with kills.
 - agent.yaml → gateway.yaml: the gateway killed -9 while the agent queues,
   then the agent killed -9 with its disk queue full; both restarted.
 - loadbalancer.yaml (static resolver) → two gateway.yaml + serve backends:
-  three runs from two producers, one backend killed -9 and restarted.
+  three runs from two producers, one backend killed -9, then the load
+  balancer killed -9 while its disk queue holds that backend's share; all
+  restarted.
 - fanout-jaeger.yaml: a second OTLP receiver standing in for Jaeger gets the
   spans without record blobs; the platform gets every episode whole.
 
@@ -273,11 +275,7 @@ def test_load_balancer_keeps_each_run_on_one_serve_through_a_backend_restart(
         {
             "exporters": {
                 "loadbalancing": {
-                    "protocol": {
-                        "otlp": {
-                            "retry_on_failure": {"initial_interval": "100ms", "max_interval": "1s"}
-                        }
-                    },
+                    "retry_on_failure": {"initial_interval": "100ms", "max_interval": "1s"},
                     "resolver": {
                         "dns": None,
                         "static": {"hostnames": [backend.endpoint for backend in backends]},
@@ -332,11 +330,15 @@ def test_load_balancer_keeps_each_run_on_one_serve_through_a_backend_restart(
     feed(slice(0, 10))
     wait_for(lambda: len(platform.runs()) == 3, 60, "the three runs to be created")
 
-    # Backend 2 (its gateway and its serve) dies and comes back; tier 1
-    # holds its share and retries.
+    # Backend 2 (its gateway and its serve) dies; tier 1 holds its share on
+    # disk and retries. Then tier 1 itself is killed -9 with that share in
+    # its queue, and everything comes back.
     backends[1].kill()
     serves[1].stop(signal.SIGKILL)
     feed(slice(10, None))
+    tier1.kill()
+    assert queue_bytes(tier1) > 0
+    tier1.start()
     serves[1].start()
     backends[1].start()
     for name, key in owners.items():

@@ -30,6 +30,7 @@ from ..collector.receiver_config import (
     DEFAULT_MEMORY_BYTES,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
+    DEFAULT_STRAGGLER_WAIT,
     DEFAULT_WORKERS,
     TOKEN_ENV,
     MiB,
@@ -95,6 +96,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "crashed (default: %(default)g)",
     )
     parser.add_argument(
+        "--straggler-wait",
+        type=non_negative_float,
+        default=DEFAULT_STRAGGLER_WAIT,
+        help="seconds an ended run waits without news for episodes its end span counts "
+        "but that have not arrived, before it closes without them (default: %(default)g)",
+    )
+    parser.add_argument(
         "--shutdown-grace",
         type=non_negative_float,
         default=DEFAULT_SHUTDOWN_GRACE,
@@ -156,6 +164,21 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
     )
+    parser.add_argument(
+        "--fleet-dir",
+        help="a folder every serve of a fleet shares (behind a load balancer): each run gets "
+        "one owner there, and spans of a run reach it wherever they arrive",
+    )
+    parser.add_argument(
+        "--fleet-name",
+        help="this serve's name in the fleet; a serve started under the same name takes over "
+        "its runs (default: host:http-port)",
+    )
+    parser.add_argument(
+        "--fleet-address",
+        help="where the other serves of the fleet reach this one's OTLP/HTTP "
+        "(default: http://<host>:<http-port>)",
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -176,6 +199,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         header_timeout=args.header_timeout,
         allow_attach=args.allow_attach,
         max_values=args.max_values,
+        straggler_wait=args.straggler_wait,
+        fleet_dir=args.fleet_dir,
+        fleet_name=args.fleet_name,
+        fleet_address=args.fleet_address,
     )
     settings = resolve_settings(spool_dir=args.spool_dir)
     watcher = RunWatcher(settings)

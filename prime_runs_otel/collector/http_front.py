@@ -48,6 +48,7 @@ from .bodies import (
     too_many_values,
     values_bound,
 )
+from .forward import FORWARDED_HEADER
 from .http_connections import (
     KEEP_ALIVE_TIMEOUT,
     OVER_CAP,
@@ -61,6 +62,9 @@ from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, MiB, ReceiverConfi
 logger = logging.getLogger(__name__)
 
 TRACES_PATH = "/v1/traces"
+#: serve's own figures, in the Prometheus text format (no token, as /healthz).
+METRICS_PATH = "/metrics"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -80,6 +84,8 @@ class HttpReceiver(Protocol):
     in_flight: int
 
     def not_ready_reason(self) -> str | None: ...
+
+    def metrics_text(self) -> str: ...
 
     def begin_stop(self) -> threading.Event: ...
 
@@ -103,13 +109,13 @@ _GRPC_CODE_OF_STATUS = {
 
 
 #: What a body decodes to and how its answer is encoded, by path.
-_Accept = Callable[[bytes, str, str], Verdict]
+_Accept = Callable[[bytes, str, str, bool], Verdict]
 _Respond = Callable[[Verdict], Any]
 
 
 class OtlpHttpApp:
     """A minimal ASGI app: ``POST /v1/traces``, ``POST /v1/logs``,
-    ``GET /healthz``, ``GET /readyz``.
+    ``GET /healthz``, ``GET /readyz``, ``GET /metrics``.
 
     Request bodies are read and decoded off the event loop (decoding a large
     batch is CPU-bound, the commit is blocking SQLite), so health checks stay
@@ -132,15 +138,18 @@ class OtlpHttpApp:
             return
         path = scope["path"].rstrip("/") or "/"
         method = scope["method"]
-        # A connection past the cap gets its health check answered, an
-        # export told to come back, and is closed either way.
+        # A connection past the cap gets its health check (and metrics)
+        # answered, an export told to come back, and is closed either way.
         over_cap = bool(scope.get("state", {}).get(OVER_CAP))
         close = {"connection": "close"} if over_cap else {}
-        if path in ("/healthz", "/readyz"):
+        if path in ("/healthz", "/readyz", METRICS_PATH):
             if method not in ("GET", "HEAD"):
                 await _send_json(send, 405, {"error": "use GET"}, allow="GET", **close)
                 return
-            await self._health(send, ready=path == "/readyz", **close)
+            if path == METRICS_PATH:
+                await self._metrics(send, **close)
+            else:
+                await self._health(send, ready=path == "/readyz", **close)
             return
         if over_cap:
             await _send_status(
@@ -171,6 +180,12 @@ class OtlpHttpApp:
             await self._export(scope, receive, send, *route)
         finally:
             self._receiver.in_flight -= 1
+
+    async def _metrics(self, send: Send, **headers: str) -> None:
+        """The Prometheus text format; read off the event loop (the spool's
+        counts are SQLite reads)."""
+        text = await asyncio.to_thread(self._receiver.metrics_text)
+        await _send(send, 200, text.encode(), METRICS_TYPE, **headers)
 
     async def _health(self, send: Send, *, ready: bool, **headers: str) -> None:
         if not ready:
@@ -231,6 +246,7 @@ class OtlpHttpApp:
                 body,
                 headers.get("content-encoding", ""),
                 content_type,
+                FORWARDED_HEADER in headers,
             )
         except BodyError as exc:
             logger.warning("Refused an OTLP/HTTP request: %s", exc.message)
@@ -239,15 +255,21 @@ class OtlpHttpApp:
             return
         await _send_verdict(send, verdict, content_type, respond)
 
-    def _accept(self, body: bytes, encoding: str, content_type: str) -> Verdict:
-        """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
-        return self._decoded(
-            body, encoding, content_type, decode_body, None, self._receiver.intake.accept
-        )
+    def _accept(self, body: bytes, encoding: str, content_type: str, forwarded: bool) -> Verdict:
+        """Decompress, decode and commit one OTLP/HTTP body (on a worker thread);
+        ``forwarded``: sent on by the member of the fleet it first reached."""
 
-    def _accept_logs(self, body: bytes, encoding: str, content_type: str) -> Verdict:
+        def accept(request: Any) -> Verdict:
+            return self._receiver.intake.accept(request, forwarded=forwarded)
+
+        return self._decoded(body, encoding, content_type, decode_body, None, accept)
+
+    def _accept_logs(
+        self, body: bytes, encoding: str, content_type: str, forwarded: bool
+    ) -> Verdict:
         """Decompress and decode one OTLP/HTTP logs body, and hand its span
-        events to the span intake (on a worker thread)."""
+        events to the span intake (on a worker thread). Logs are not routed
+        by run in a fleet, so ``forwarded`` changes nothing here."""
         return self._decoded(
             body,
             encoding,

@@ -35,6 +35,8 @@ from ..read.otlp_logs import SpanEvent
 from ..read.records import RunBatch
 from ..read.span_tree import SpanTree, SpanTreeBuffer
 from ..read.spans import SpanView
+from .forward import FleetRouter, ForwardFailed
+from .metrics import ServeCounters
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ logger = logging.getLogger(__name__)
 FULL_RETRY_AFTER = 30
 #: Retry hint when a commit failed (a locked or briefly unavailable disk).
 COMMIT_RETRY_AFTER = 5
+#: Retry hint when the owner of a run (another serve) did not take its spans.
+FORWARD_RETRY_AFTER = 2
 #: How long an episode span without a record waits for the spans under it.
 #: A collector batches and sends a trace's spans within seconds of each other
 #: (its batch processor flushes every 200 ms by default, at most a few s).
@@ -110,8 +114,13 @@ class SpanIntake:
         max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
         allow_attach: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        router: FleetRouter | None = None,
     ) -> None:
         self.spool = spool
+        #: With a fleet: spans of runs another serve owns go on to it.
+        self.router = router
+        #: What /metrics reports of this process.
+        self.counters = ServeCounters()
         self.settings = settings
         self._uploader = uploader
         #: Episodes read off spans get their Prime Traces line built there,
@@ -137,7 +146,34 @@ class SpanIntake:
     def has_room(self) -> bool:
         return self.spool.size_bytes() < self.spool.max_bytes
 
-    def accept(self, request: ExportTraceServiceRequest) -> Verdict:
+    def accept(self, request: ExportTraceServiceRequest, *, forwarded: bool = False) -> Verdict:
+        """Commit ``request``; ``forwarded``: another member of the fleet sent
+        it on, so it is committed here whoever the fleet folder names."""
+        verdict = self._route_and_accept(request, forwarded)
+        self.counters.add("requests_total", outcome=verdict.outcome)
+        if verdict.outcome == "accepted":
+            self.counters.add("episodes_refused_total", verdict.rejected, reason="refused_alone")
+        else:
+            refused = _episode_spans_in(request)
+            self.counters.add("episodes_refused_total", refused, reason=verdict.outcome)
+        return verdict
+
+    def _route_and_accept(self, request: ExportTraceServiceRequest, forwarded: bool) -> Verdict:
+        if self.router is None or forwarded:
+            return self._accept_here(request)
+        try:
+            routed = self.router.route(request)
+        except ForwardFailed as exc:
+            logger.warning("Could not forward spans to their run's owner: %s", exc)
+            return Verdict("unavailable", str(exc), retry_after=FORWARD_RETRY_AFTER)
+        self.counters.add("spans_forwarded_total", routed.forwarded_spans)
+        verdict = self._accept_here(routed.local)
+        if verdict.outcome != "accepted" or not routed.rejected:
+            return verdict
+        message = "; ".join(part for part in (verdict.message, *routed.messages) if part)
+        return Verdict("accepted", message, rejected=verdict.rejected + routed.rejected)
+
+    def _accept_here(self, request: ExportTraceServiceRequest) -> Verdict:
         views = list(span_views(request))
         with self._lock:
             # Checked before the buffer sees the spans, so a refused batch
@@ -259,6 +295,9 @@ class SpanIntake:
         self._uncommitted = []
         self.commit_problem = None
         _log_foreign_ends(outcome.foreign_ends)
+        self.counters.add("episodes_stored_total", outcome.stored)
+        self.counters.add("episodes_duplicate_total", outcome.duplicates)
+        self.counters.add("episodes_accepted_total", outcome.stored + outcome.duplicates)
         if self._uploader is not None:
             self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
@@ -398,6 +437,20 @@ def _describe(item: RunBatch) -> str:
     if item.end is not None:
         return "the run's end"
     return "the run's start"
+
+
+def _episode_spans_in(request: ExportTraceServiceRequest) -> int:
+    """How many spans of ``request`` are episodes (counted when it is refused whole)."""
+    count = 0
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if any(
+                    pair.key in (semconv.EPISODE_ID, semconv.EPISODE_EXAMPLE_ID)
+                    for pair in span.attributes
+                ):
+                    count += 1
+    return count
 
 
 def _is_episode_span(view: SpanView) -> bool:

@@ -23,16 +23,19 @@ import grpc
 
 from .._text import shown
 from ..config import Settings
+from ..deliver.fleet import Fleet, FleetError
 from ..deliver.spool import Spool
 from ..deliver.uploader import Uploader
 from ..errors import ConfigError
 from .admission import admitted_calls
 from .bodies import DecodeBudget
+from .forward import FleetRouter
 from .grpc_front import GrpcFront, grpc_server
 from .http_connections import connection_cap, raise_descriptor_limit
 from .http_front import TRACES_PATH, http_server, listen
 from .intake import SpanIntake, Verdict
 from .logs_intake import LogIntake
+from .metrics import render as render_metrics
 from .receiver_config import ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -55,7 +58,21 @@ class Receiver:
             max_bytes=settings.spool_max_bytes,
             keep_delivered=settings.keep_delivered,
         )
-        self.uploader = Uploader(self.spool, settings, idle_timeout=config.idle_timeout)
+        self._http_socket = listen(config.host, config.http_port)
+        self.http_port: int = self._http_socket.getsockname()[1]
+        try:
+            self.fleet = self._join_fleet()
+        except ConfigError:
+            self._http_socket.close()
+            raise
+        self.uploader = Uploader(
+            self.spool,
+            settings,
+            idle_timeout=config.idle_timeout,
+            straggler_wait=config.straggler_wait,
+            fleet=self.fleet,
+            behind_collector=True,
+        )
         self.intake = SpanIntake(
             self.spool,
             settings,
@@ -63,6 +80,7 @@ class Receiver:
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
             allow_attach=config.allow_attach,
+            router=None if self.fleet is None else FleetRouter(self.fleet, config.token),
         )
         self.logs = LogIntake(self.intake)
         self.memory = DecodeBudget(config.memory_bytes)
@@ -71,8 +89,6 @@ class Receiver:
             target=self._release_loop, name="otlp-synthesis", daemon=True
         )
         self._executor = ThreadPoolExecutor(config.workers, thread_name_prefix="otlp-intake")
-        self._http_socket = listen(config.host, config.http_port)
-        self.http_port: int = self._http_socket.getsockname()[1]
         self.grpc_port: int | None = None
         self._grpc: grpc.Server | None = None
         self._grpc_front: GrpcFront | None = None
@@ -89,6 +105,28 @@ class Receiver:
         self.descriptors = raise_descriptor_limit()
         self.connection_cap = connection_cap(config.max_connections, self.descriptors)
         self._server = http_server(self, self.connection_cap, self.descriptors)
+
+    def _join_fleet(self) -> Fleet | None:
+        """The fleet folder, with this serve's name and address in it."""
+        config = self.config
+        if config.fleet_dir is None:
+            return None
+        fleet = Fleet(
+            config.fleet_dir,
+            config.member_name(self.http_port),
+            config.member_address(self.http_port),
+        )
+        try:
+            fleet.join()
+        except FleetError as exc:
+            raise ConfigError(str(exc)) from exc
+        logger.info(
+            "serve is %s in the fleet of %s, reached at %s",
+            fleet.name,
+            fleet.directory,
+            fleet.address,
+        )
+        return fleet
 
     # -- running ------------------------------------------------------------------
 
@@ -122,6 +160,7 @@ class Receiver:
                 self._stop_releasing,
                 self.intake.flush,
                 lambda: self.uploader.stop(timeout=self.config.shutdown_grace),
+                self._close_router,
                 self._http_socket.close,
                 self.spool.close,
             ):
@@ -131,6 +170,10 @@ class Receiver:
                     logger.error(
                         "Stopping: a step failed (%s: %s); going on", type(exc).__name__, shown(exc)
                     )
+
+    def _close_router(self) -> None:
+        if self.intake.router is not None:
+            self.intake.router.close()
 
     def stop(self) -> None:
         """Ask a running :meth:`serve` to drain and return (thread-safe)."""
@@ -164,6 +207,15 @@ class Receiver:
         self._releasing.set()
         if self._releaser.is_alive():
             self._releaser.join()
+
+    def metrics_text(self) -> str:
+        """``GET /metrics``: this process's counters and the spool's state."""
+        return render_metrics(
+            self.intake.counters,
+            self.spool.counts(),
+            spool_bytes=self.spool.size_bytes(),
+            spool_max_bytes=self.spool.max_bytes,
+        )
 
     def not_ready_reason(self) -> str | None:
         if self._stopped is not None:

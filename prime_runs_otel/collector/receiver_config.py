@@ -8,6 +8,7 @@ defaults), the process and both fronts read it: none of them owns it.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 from .._net import is_loopback
@@ -36,6 +37,12 @@ DEFAULT_READ_TIMEOUT = 120.0
 DEFAULT_HEADER_TIMEOUT = 10.0
 #: How long in-flight requests may take to finish after a stop signal.
 DEFAULT_SHUTDOWN_GRACE = 30.0
+#: After a run's end span, how long the run may go without news of it before
+#: it closes although episodes the end span counts have not arrived. Behind
+#: a collector the end can arrive first; the rest follows with the
+#: collector's next retry (every 30 s at most in the shipped configs), also
+#: after a restart of either side.
+DEFAULT_STRAGGLER_WAIT = 120.0
 #: Requests decoded and committed at once; the rest wait their turn. Spool
 #: commits serialise anyway, and each large request holds its body in memory.
 DEFAULT_WORKERS = 4
@@ -67,6 +74,29 @@ class ReceiverConfig:
     #: Whether spans may name a platform run to add to (``prime.run.attach``).
     allow_attach: bool = False
     max_values: int = DEFAULT_MAX_VALUES
+    straggler_wait: float = DEFAULT_STRAGGLER_WAIT
+    #: A folder every serve of a fleet shares: who owns each run (None: this
+    #: serve alone decides for the runs it gets).
+    fleet_dir: str | None = None
+    #: This serve's name in the fleet (a replacement takes over its runs by
+    #: starting under the same name) and where the others reach its OTLP/HTTP.
+    fleet_name: str | None = None
+    fleet_address: str | None = None
+
+    def member_name(self, http_port: int) -> str:
+        """This serve's name in the fleet: ``--fleet-name``, or host:port."""
+        return self.fleet_name or f"{socket.gethostname()}:{http_port}"
+
+    def member_address(self, http_port: int) -> str:
+        """Where the fleet reaches this serve's OTLP/HTTP: ``--fleet-address``,
+        or this host at the HTTP port."""
+        if self.fleet_address:
+            return self.fleet_address
+        wildcard = self.host in ("0.0.0.0", "::", "[::]", "")
+        host = socket.gethostname() if wildcard else self.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{http_port}"
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""
@@ -90,6 +120,8 @@ class ReceiverConfig:
             raise ConfigError("the time a request body may take must be positive")
         if self.settle_seconds < 0:
             raise ConfigError("the wait for an episode's spans cannot be negative")
+        if self.straggler_wait < 0:
+            raise ConfigError("the wait for an ended run's missing episodes cannot be negative")
         if self.max_held_spans < 1:
             raise ConfigError("serve must be able to hold at least one span for synthesis")
         if self.header_timeout <= 0:

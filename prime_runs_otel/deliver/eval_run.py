@@ -20,7 +20,7 @@ from typing import Any
 
 from .backoff import Backoff
 from .clients import PlatformClients
-from .lifecycle import close_run, fail_create, mark_created, ready_to_close, reload
+from .lifecycle import StragglerWait, close_run, fail_create, mark_created, reload
 from .platform.evals import EnvironmentResolutionError, EvalsAPI, first_environment_name
 from .platform.http import PlatformError
 from .spool import RunRow, Spool
@@ -49,8 +49,10 @@ class EvalLifecycle:
         stream: EpisodeStream,
         *,
         team_id: str | None,
+        stragglers: StragglerWait | None = None,
     ) -> None:
         self._spool = spool
+        self._stragglers = stragglers or StragglerWait()
         self._clients = clients
         self._stream = stream
         self._team_id = team_id
@@ -182,7 +184,7 @@ class EvalLifecycle:
         if not self._stream.deliver_some(run):
             return
         run = reload(self._spool, run)
-        if run.end_status is not None and ready_to_close(self._spool, run):
+        if self._stragglers.ready_to_close(self._spool, run):
             self._close(run)
 
     # -- closing --------------------------------------------------------------------

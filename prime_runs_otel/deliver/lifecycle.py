@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from .platform.http import PlatformError
@@ -22,9 +23,12 @@ from .spool import RunRow, Spool
 
 logger = logging.getLogger(__name__)
 
-#: After the end span, how long to wait for episodes a collector delivers
-#: late (the end span says how many the producer recorded).
-STRAGGLER_GRACE = 30.0
+#: After the end span, how long a run may go without news before it closes
+#: although episodes its end span counts have not arrived (in process, where
+#: the end comes after the episodes, only a span the SDK dropped is missing).
+#: ``serve`` waits longer (``--straggler-wait``): behind a collector the end
+#: can come first, and the rest follows the collector's next retry.
+STRAGGLER_WAIT = 30.0
 
 
 class RunLifecycle(Protocol):
@@ -84,22 +88,63 @@ def fail_create(spool: Spool, run: RunRow, reason: str) -> None:
     )
 
 
-def ready_to_close(spool: Spool, run: RunRow) -> bool:
-    """Nothing of the ended ``run`` is pending, and every episode the
-    producer recorded has arrived (or the wait for stragglers is over)."""
-    if spool.pending_count(run.local_id):
-        return False
-    if run.end_expected is not None and run.episodes + run.duplicates < run.end_expected:
-        waited = time.time() - (run.ended_at or time.time())
-        if waited < STRAGGLER_GRACE:
+@dataclass(frozen=True)
+class StragglerWait:
+    """When an ended run whose episodes have not all arrived may close anyway.
+
+    The end span says how many episodes the producer recorded. Behind a
+    collector the end can arrive before some of them (a queue with several
+    consumers, a retry after a restart), so an ended run waits until every
+    episode it counts is stored, or until it has had no news for
+    ``seconds``: no span of the run arrived, and this process was up, for
+    that long. Time the spool spent with nobody delivering from it (a
+    ``serve`` that was down) does not count, since the stragglers could not
+    arrive then either: the wait starts again at ``since``, when this
+    process began delivering.
+    """
+
+    seconds: float = STRAGGLER_WAIT
+    since: float = field(default_factory=time.time)
+    #: Whether an episode that arrived again counts as one the producer
+    #: recorded again. In process it does (nothing retries there: the
+    #: producer recorded the same episode twice, and counted it twice).
+    #: Behind a collector it does not: duplicates there are the collector's
+    #: retries, and counting them would close a run before episodes that are
+    #: still on their way.
+    count_duplicates: bool = True
+
+    def missing(self, run: RunRow) -> int:
+        """Episodes the end span counts that have not arrived. A damaged
+        record arrived (and was counted lost)."""
+        if run.end_expected is None:
+            return 0
+        arrived = run.episodes + run.corrupt
+        if self.count_duplicates:
+            arrived += run.duplicates
+        return max(0, run.end_expected - arrived)
+
+    def ready_to_close(self, spool: Spool, run: RunRow) -> bool:
+        """The ended ``run`` is not closed yet, nothing of it is pending, and
+        every episode the producer recorded has arrived (or the wait for
+        stragglers is over)."""
+        if run.end_status is None or run.closed or spool.pending_count(run.local_id):
+            return False
+        missing = self.missing(run)
+        if not missing:
+            return True
+        quiet = time.time() - max(run.ended_at or 0.0, run.last_seen, self.since)
+        if quiet < self.seconds:
             return False
         logger.warning(
-            "Run %s: the producer recorded %d episode(s) but %d arrived; closing anyway",
+            "Run %s: the producer recorded %d episode(s) but %d arrived, and none for %.0fs; "
+            "closing it without the %d missing (any that still arrive are delivered late)",
             run.local_id,
             run.end_expected,
-            run.episodes,
+            (run.end_expected or 0) - missing,
+            quiet,
+            missing,
         )
-    return True
+        return True
 
 
 def close_run(

@@ -22,7 +22,7 @@ from .._json import clean_metric_values
 from ..errors import ConfigError
 from .backoff import Backoff
 from .clients import PlatformClients
-from .lifecycle import close_run, fail_create, mark_created, ready_to_close, reload
+from .lifecycle import StragglerWait, close_run, fail_create, mark_created, reload
 from .platform.http import PlatformError
 from .platform.rft import RftAPI, TrainingFields, external_run_payload
 from .spool import RunRow, Spool
@@ -43,8 +43,10 @@ class TrainingLifecycle:
         stream: EpisodeStream,
         *,
         team_id: str | None,
+        stragglers: StragglerWait | None = None,
     ) -> None:
         self._spool = spool
+        self._stragglers = stragglers or StragglerWait()
         self._rft = clients.rft
         self._stream = stream
         self._team_id = team_id
@@ -150,11 +152,7 @@ class TrainingLifecycle:
                 return
             self._deliver_metrics(reload(self._spool, run))
             run = reload(self._spool, run)
-            if (
-                run.end_status is not None
-                and not self._metrics_pending(run)
-                and ready_to_close(self._spool, run)
-            ):
+            if not self._metrics_pending(run) and self._stragglers.ready_to_close(self._spool, run):
                 self._close(run)
         except PlatformError as exc:
             if exc.retryable:

@@ -39,8 +39,9 @@ from .backoff import Backoff, Pauses
 from .clients import PlatformClients
 from .crashed import end_if_crashed
 from .eval_run import EvalLifecycle
+from .fleet import Fleet, FleetError
 from .lease import Lease
-from .lifecycle import RunLifecycle, reload
+from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
 from .platform.http import PlatformError
 from .spool import RunRow, Spool
@@ -67,11 +68,19 @@ class Uploader:
         lease_ttl: float = 120.0,
         idle_timeout: float | None = None,
         export_running: ExportRunning | None = None,
+        straggler_wait: float = STRAGGLER_WAIT,
+        fleet: Fleet | None = None,
+        behind_collector: bool = False,
     ) -> None:
         """``export_running`` is the flag of the exporter in this process: the
         uploader lets go of the GIL between episodes while it is up. Without
         one (``serve``, whose intake threads commit at any moment) it always
-        does."""
+        does. ``straggler_wait``: how long an ended run that still misses
+        episodes waits for them without news (see :class:`.lifecycle.StragglerWait`).
+        ``fleet``: the serve instances this one shares runs with; only the
+        owner of a run creates and closes it (see :mod:`.fleet`).
+        ``behind_collector``: episodes arrive through a collector, whose
+        retries bring duplicates that are not episodes recorded twice."""
         self._spool = spool
         self._poll_interval = poll_interval
         self._idle_timeout = idle_timeout
@@ -81,10 +90,11 @@ class Uploader:
         self._lease = Lease(spool, lease_ttl)
         self._pauses = Pauses(settings.retry_max_delay)
         self._clients = PlatformClients(settings)
+        self._fleet = fleet
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
-        stream = EpisodeStream(
+        self._stream = stream = EpisodeStream(
             spool,
             settings,
             self._clients,
@@ -94,8 +104,13 @@ class Uploader:
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
-        self._evals = EvalLifecycle(spool, self._clients, stream, team_id=settings.team_id)
-        self._training = TrainingLifecycle(spool, self._clients, stream, team_id=settings.team_id)
+        stragglers = StragglerWait(straggler_wait, count_duplicates=not behind_collector)
+        self._evals = EvalLifecycle(
+            spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
+        )
+        self._training = TrainingLifecycle(
+            spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
+        )
 
     # -- thread control ------------------------------------------------------
 
@@ -194,7 +209,49 @@ class Uploader:
             else:
                 self._pauses.clear(run.local_id)
 
+    def _owned_here(self, run: RunRow) -> RunRow | None:
+        """With a fleet: ``run`` as this serve, its owner, goes on with it, or
+        ``None`` when another serve owns it. Such a run reached this spool
+        only around a change of owners; it is never created, closed or ended
+        as crashed here (its owner hears all of it and does that): its
+        episodes go to the owner's platform run once the claim names it.
+        A run this serve owns whose claim names a platform run already (a
+        replacement under the same name, with a new spool) adopts it."""
+        assert self._fleet is not None
+        try:
+            owned = self._fleet.owns(run.local_id)
+            claim = None if run.platform_id else self._fleet.claim_of(run.local_id)
+        except FleetError as exc:
+            raise Backoff(PlatformError(str(exc))) from exc
+        if claim is not None and claim.platform_id is not None:
+            self._spool.update_run(
+                run.local_id,
+                platform_id=claim.platform_id,
+                url=claim.url,
+                create_state="created",
+            )
+            logger.info("Run %s: the platform run %s of its claim", run.local_id, claim.platform_id)
+            run = reload(self._spool, run)
+        if owned:
+            return run
+        if run.platform_id is not None:
+            self._stream.resume(run)
+            self._stream.deliver_some(run)
+        return None
+
     def _advance(self, run: RunRow) -> None:
+        lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
+        if run.closed:
+            # Closed with episodes that arrived after: delivered like any
+            # other, to the closed run, if the platform takes them.
+            if run.platform_id is not None:
+                lifecycle.deliver(run)
+            return
+        if self._fleet is not None and run.mode == "online":
+            owned = self._owned_here(run)
+            if owned is None:
+                return
+            run = owned
         if run.end_status is None:
             run = end_if_crashed(self._spool, run, self._idle_timeout)
         if run.mode != "online":
@@ -207,10 +264,11 @@ class Uploader:
             if run.end_status is not None and run.close_state != "gave_up":
                 self._spool.update_run(run.local_id, close_state="gave_up")
             return
-        lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
         if run.create_state in ("pending", "creating"):
             lifecycle.create(run)
             run = reload(self._spool, run)
+            if self._fleet is not None and run.platform_id is not None:
+                self._fleet.record_created(run.local_id, run.platform_id, run.url)
         if run.create_state != "created" or run.platform_id is None:
             return
         lifecycle.deliver(run)

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from prime_traces.models import ErrorCode
 
-from ._http import MIB, Request, Response, Route, coded, json_response, route
+from ._http import MIB, Request, Response, Route, coded, detail, json_response, route
 from ._store import FakeUpload, Store
 from ._traces_upload import Document, Limits, Upload, decode_upload, parse_documents
 
@@ -30,6 +30,7 @@ class Platform(Protocol):
     """What the Prime Traces endpoint reads of the platform it is part of."""
 
     service_not_enabled: bool
+    closed_runs_take_episodes: bool
     max_line_bytes: int
     max_upload_bytes: int
     max_upload_lines: int
@@ -64,8 +65,18 @@ class PrimeTraces:
         with self._store.lock:
             if upload.digest in self._store.uploads:
                 return self._replay(upload)
+            if not platform.closed_runs_take_episodes:
+                self._refuse_closed_runs(documents)
             self._commit(upload, documents)
         return json_response(201, {"upload_id": upload.digest, "status": "committed"})
+
+    def _refuse_closed_runs(self, documents: list[Document]) -> None:
+        """A platform that takes nothing for a run once it is closed: the
+        whole upload is refused when one of its lines names such a run."""
+        for document in documents:
+            run = self._store.runs.get(document.run_id or "")
+            if run is not None and run.closed:
+                raise detail(409, f"Run {run.id} is {run.status}: it takes no more episodes")
 
     def _replay(self, upload: Upload) -> Response:
         committed = self._store.uploads[upload.digest]

@@ -87,6 +87,9 @@ class FakePlatform:
         #: When true, uploads are refused with 403 ``service_not_enabled``, as for
         #: an account that is not on Prime Traces.
         self.service_not_enabled = False
+        #: When false, Prime Traces refuses (409) an upload with episodes of a
+        #: run that is closed already; the real service's choice is its own.
+        self.closed_runs_take_episodes = True
         #: Called with every recorded request (the CLI logs through it).
         self.on_request: Callable[[RecordedRequest], None] | None = None
         self.max_line_bytes = MAX_LINE_BYTES

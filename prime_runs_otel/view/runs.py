@@ -27,13 +27,16 @@ STATES = ("recording", "stored", "delivering", "delivered", "stopped")
 STATUSES = ("running", "completed", "failed", "cancelled", "crashed")
 
 
-def run_state(run: RunRow) -> str:
+def run_state(run: RunRow, pending: int) -> str:
+    """Where the run is in its life; ``pending``: its episodes still on their
+    way. A closed run is ``delivered`` only once none is: episodes that
+    arrived after its close (late) are still being delivered."""
     if run.stopped:
         return "stopped"
     if run.mode == "local":
         return "stored" if run.closed else "recording"
     if run.closed:
-        return "delivered"
+        return "delivering" if pending else "delivered"
     return "delivering" if run.end_status else "recording"
 
 
@@ -48,7 +51,7 @@ def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
         "kind": run.kind,
         "mode": run.mode,
         "status": run.end_status or "running",
-        "state": run_state(run),
+        "state": run_state(run, waiting),
         "closed": run.closed,
         "model": run.identity.model,
         "environments": list(run.identity.environments),
@@ -64,6 +67,8 @@ def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
         "corrupt": run.corrupt,
         "unencodable": run.unencodable,
         "duplicates": run.duplicates,
+        "late": run.late,
+        "late_refused": run.late_refused,
         "error": run.end_error,
         "last_error": run.last_error,
         "next_step": next_step(run.local_id, run.last_error) if run.stopped else None,
@@ -91,7 +96,8 @@ def select_runs(
     chosen = []
     now = time.time()
     for row in spool.runs():
-        if statuses and not {row.end_status or "running", run_state(row)} & set(statuses):
+        state = run_state(row, spool.pending_count(row.local_id) if row.closed else 0)
+        if statuses and not {row.end_status or "running", state} & set(statuses):
             continue
         if kind and row.kind != kind:
             continue

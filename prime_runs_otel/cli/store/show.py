@@ -78,8 +78,9 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
     where = {
         "stored": "kept in the local store (not pushed)",
         "recording": "still recording",
-        "delivering": "being delivered",
         "delivered": "delivered and closed on the platform",
+        # Closed, with late episodes still on their way to the closed run.
+        "delivering": "closed, late episodes being delivered" if run.closed else "being delivered",
         "stopped": "delivery stopped (see error)",
     }[view["state"]]
     line("status", f"{view['status']}, {where}")
@@ -89,6 +90,12 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
         f"{run.duplicates} duplicates"
     )
     line("episodes", counts)
+    if run.late:
+        line(
+            "late",
+            f"{run.late} arrived after the run was closed · {run.late_refused} of them refused "
+            "by the platform (late and undelivered)",
+        )
     summary = view["summary"]
     if run.episodes:
         line("error rate", f"{100 * float(summary.get('avg_error', 0.0)):.1f} %")
@@ -181,7 +188,8 @@ def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> in
             print(_follow_line(view, rate), flush=True)
         if stdout_gone():
             return EXIT_OK
-        if run.settled or run.stopped or (run.mode == "local" and run.closed):
+        done = run.settled and not view["pending"]
+        if done or run.stopped or (run.mode == "local" and run.closed):
             if tty:
                 print()
             return EXIT_INCOMPLETE if run.stopped else EXIT_OK

@@ -12,7 +12,8 @@ One module per question:
   Traces uploads (exactly once); ``samples``: legacy sample requests (at most
   once); ``steps``: training step metrics and sample-table objects.
 - ``processes``: which processes feed a run, and the delivery lease.
-- ``size``: the size cap.
+- ``size``: the size cap; ``tallies``: counts over the whole spool, for
+  watching it (``serve``'s /metrics).
 - ``views``: what the local viewer and ``show`` read of a run (its episodes'
   facts, distributions, errors, series, per-example rewards), kept up to
   date by ``ingest``; ``rows``: the multi-row statements both use.
@@ -46,6 +47,7 @@ from .samples import SpoolSamples
 from .schema import SCHEMA_VERSION
 from .size import WARN_FRACTION
 from .steps import MetricsRow, SpoolSteps, StepUpload
+from .tallies import SpoolCounts, SpoolTallies
 from .traces import SpoolTraces
 from .uploads import SpoolUploads, UploadRow
 from .views import (
@@ -77,6 +79,7 @@ __all__ = [
     "RunRow",
     "SeriesPoint",
     "Spool",
+    "SpoolCounts",
     "SpoolError",
     "StepUpload",
     "UploadRow",
@@ -97,6 +100,7 @@ class Spool(
     SpoolSteps,
     SpoolProcesses,
     SpoolViews,
+    SpoolTallies,
 ):
     """Every run, episode and upload of one spool file (see the modules above).
 

@@ -94,9 +94,12 @@ class SpoolEpisodes(SpoolCore):
             db.executemany(
                 "UPDATE episodes SET state = 'failed' WHERE seq = ?", [(seq,) for seq in seqs]
             )
+            # A closed run's pending episodes are late ones: refused, they are
+            # late and undelivered.
             db.execute(
-                "UPDATE runs SET failed = failed + ?, last_error = ? WHERE local_id = ?",
-                (len(seqs), reason, run_id),
+                "UPDATE runs SET failed = failed + ?, last_error = ?, late_refused = late_refused "
+                "+ CASE WHEN close_state = 'closed' THEN ? ELSE 0 END WHERE local_id = ?",
+                (len(seqs), reason, len(seqs), run_id),
             )
             # An upload none of whose episodes is still in it is over.
             db.execute(

@@ -100,12 +100,17 @@ class SpoolIngest(SpoolSize):
                 duplicates += len(batch.episodes) - added - refused
                 corrupt += len(batch.corrupt) + len(batch.corrupt_metrics)
                 insert_metrics(db, local_id, batch.metrics, now)
+                # Episodes stored after the run was closed are counted late:
+                # the uploader still delivers them, to the closed run.
                 db.execute(
                     "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
+                    "late = late + CASE WHEN close_state = 'closed' AND mode = 'online' "
+                    "THEN ? ELSE 0 END, "
                     "duplicates = duplicates + ?, corrupt = corrupt + ?, rejected = rejected + ?, "
                     "updated_at = ?, last_seen = ? WHERE local_id = ?",
                     (
                         json.dumps(summary.to_state()),
+                        added,
                         added,
                         len(batch.episodes) - added - refused,
                         len(batch.corrupt) + len(batch.corrupt_metrics),
@@ -183,9 +188,10 @@ class SpoolIngest(SpoolSize):
         if not fresh:
             return 0, refused, size
         numbers = self._number_rollouts(db, run_id, fresh)
+        now = time.time()
         insert_rows(
             db,
-            "episodes (run_id, episode_id, has_traces, size, step, rollout_number, "
+            "episodes (run_id, episode_id, has_traces, size, step, rollout_number, stored_at, "
             f"{', '.join(FACT_COLUMNS)})",
             [
                 (
@@ -195,6 +201,7 @@ class SpoolIngest(SpoolSize):
                     len(e.raw),
                     e.step,
                     number,
+                    now,
                     *fact_values(e.digest),
                 )
                 for e, number in zip(fresh, numbers, strict=True)

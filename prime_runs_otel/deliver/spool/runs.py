@@ -51,6 +51,10 @@ class RunRow:
     end_summary: dict[str, Any] | None = None
     #: Episodes the producer could not encode (reported with the run's end).
     unencodable: int = 0
+    #: Episodes that arrived after the run was closed, and of those the ones
+    #: the platform refused (late and undelivered).
+    late: int = 0
+    late_refused: int = 0
 
     @property
     def closed(self) -> bool:
@@ -115,7 +119,8 @@ class SpoolRuns(SpoolCore):
         "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
         "create_state, create_started, sink, traces_written, end_status, end_error, "
         "end_expected, ended_at, close_state, summary_state, episodes, duplicates, corrupt, "
-        "rejected, uncertain, failed, last_error, last_seen, end_summary, unencodable"
+        "rejected, uncertain, failed, last_error, last_seen, end_summary, unencodable, late, "
+        "late_refused"
     )
 
     def _run_from_row(self, row: tuple[Any, ...]) -> RunRow:
@@ -163,10 +168,14 @@ class SpoolRuns(SpoolCore):
 
     def runs_to_deliver_or_close(self) -> list[RunRow]:
         """Runs not yet closed: online ones to deliver, local ones to close
-        when their producer ends (or dies)."""
+        when their producer ends (or dies); and closed online runs that late
+        episodes (arrived after the close) are still pending for."""
         rows = self._query(
             f"SELECT {self._RUN_COLUMNS} FROM runs "
-            "WHERE close_state NOT IN ('closed', 'gave_up') ORDER BY created_at"
+            "WHERE close_state NOT IN ('closed', 'gave_up') "
+            "OR (close_state = 'closed' AND mode = 'online' AND late > 0 AND EXISTS ("
+            "SELECT 1 FROM episodes e WHERE e.run_id = runs.local_id AND e.state = 'pending')) "
+            "ORDER BY created_at"
         )
         return [self._run_from_row(row) for row in rows]
 
@@ -226,6 +235,7 @@ class SpoolRuns(SpoolCore):
             )
             for table in (
                 "episodes",
+                "episode_states",
                 "rollouts",
                 "uploads",
                 "metrics",

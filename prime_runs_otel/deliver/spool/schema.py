@@ -180,9 +180,16 @@ ADDED_COLUMNS = {
         # The producer that owns the run (its service.instance.id, '' for none):
         # behind serve, the run's end is taken from this producer only.
         ("owner_id", "TEXT"),
+        # Episodes that arrived after the run was closed (delivered to the
+        # closed run if the platform takes them), and of those the ones it refused.
+        ("late", "INTEGER NOT NULL DEFAULT 0"),
+        ("late_refused", "INTEGER NOT NULL DEFAULT 0"),
     ),
     "episodes": (
         ("step", "INTEGER"),
+        # When the episode was stored: the age of the oldest one still
+        # pending is the delivery lag (`serve`'s /metrics).
+        ("stored_at", "REAL"),
         # What the viewer sorts and filters by (see the table above).
         ("ok", "INTEGER"),
         ("reward", "REAL"),
@@ -232,6 +239,29 @@ CREATE INDEX IF NOT EXISTS episodes_without_facts ON episodes (run_id, seq)
 """
 
 
+#: How many episodes of each run are in each state, kept by triggers on
+#: every write to ``episodes`` (whoever writes it, an older release too), so
+#: that counting them (``serve``'s /metrics) never reads the episodes.
+EPISODE_STATES = (
+    "CREATE TABLE episode_states (run_id TEXT NOT NULL, state TEXT NOT NULL, "
+    "count INTEGER NOT NULL, PRIMARY KEY (run_id, state)) WITHOUT ROWID",
+    "CREATE TRIGGER episode_states_insert AFTER INSERT ON episodes BEGIN "
+    "INSERT INTO episode_states VALUES (NEW.run_id, NEW.state, 1) "
+    "ON CONFLICT DO UPDATE SET count = count + 1; END",
+    "CREATE TRIGGER episode_states_update AFTER UPDATE OF state ON episodes "
+    "WHEN OLD.state IS NOT NEW.state BEGIN "
+    "UPDATE episode_states SET count = count - 1 WHERE run_id = OLD.run_id AND state = OLD.state; "
+    "INSERT INTO episode_states VALUES (NEW.run_id, NEW.state, 1) "
+    "ON CONFLICT DO UPDATE SET count = count + 1; END",
+    "CREATE TRIGGER episode_states_delete AFTER DELETE ON episodes BEGIN "
+    "UPDATE episode_states SET count = count - 1 WHERE run_id = OLD.run_id AND state = OLD.state; "
+    "END",
+    # What a spool written before the triggers already holds, counted once.
+    "INSERT INTO episode_states SELECT run_id, state, COUNT(*) FROM episodes "
+    "GROUP BY run_id, state",
+)
+
+
 def create_tables(db: sqlite3.Connection) -> None:
     """Create what is missing; outside a transaction (``executescript``
     commits), and harmless when another process does the same."""
@@ -243,6 +273,28 @@ def create_tables(db: sqlite3.Connection) -> None:
                 with suppress(sqlite3.OperationalError):  # another process added it
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
     db.executescript(INDEXES)
+    _add_episode_states(db)
+
+
+def _add_episode_states(db: sqlite3.Connection) -> None:
+    """The counts table, its triggers and the counts of what is there, in one
+    transaction: no episode written meanwhile is missed or counted twice."""
+    if _has_table(db, "episode_states"):
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if not _has_table(db, "episode_states"):  # another process was first
+            for statement in EPISODE_STATES:
+                db.execute(statement)
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _has_table(db: sqlite3.Connection, name: str) -> bool:
+    found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+    return found.fetchone() is not None
 
 
 def stored_version(db: sqlite3.Connection) -> int:
