@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from test_collector import Producer, resource
 from test_otelcol import Otelcol, overlay
 from test_receiver import ServeProcess, protobuf_body, run_spans, serve_env, wait_for
+from test_serve_metrics import scrape
 
 from prime_runs_otel import emit_run_end, emit_run_start
 from prime_runs_otel.config import DEFAULT_SPOOL_MAX_BYTES
@@ -174,6 +175,7 @@ def test_grpc_overload_is_unavailable_with_retry_info(tmp_path: Path) -> None:
             except grpc.RpcError as exc:
                 refused.append(exc)
         channel.close()
+        counted = scrape(serve).get('prime_runs_otel_requests_total{outcome="overloaded"}', 0)
     finally:
         serve.stop(signal.SIGKILL)
     assert refused, "40 calls at once against --workers 1 were all admitted"
@@ -181,6 +183,7 @@ def test_grpc_overload_is_unavailable_with_retry_info(tmp_path: Path) -> None:
         assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
         details = dict(exc.trailing_metadata() or ())
         assert "grpc-status-details-bin" in details, "no RetryInfo in the refusal"
+    assert counted == len(refused), "/metrics counts every overload refusal"
 
 
 def test_http_overload_is_503_with_retry_after(tmp_path: Path) -> None:
@@ -204,6 +207,7 @@ def test_http_overload_is_503_with_retry_after(tmp_path: Path) -> None:
             thread.start()
         for thread in threads:
             thread.join()
+        counted = scrape(serve).get('prime_runs_otel_requests_total{outcome="overloaded"}', 0)
     finally:
         serve.stop(signal.SIGKILL)
     statuses = {answer.status_code for answer in answers}
@@ -211,3 +215,4 @@ def test_http_overload_is_503_with_retry_after(tmp_path: Path) -> None:
     refused = [answer for answer in answers if answer.status_code == 503]
     assert refused, "40 requests at once against --workers 1 were all admitted"
     assert all(answer.headers.get("retry-after") for answer in refused)
+    assert counted == len(refused), "/metrics counts every overload refusal"

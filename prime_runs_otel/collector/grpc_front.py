@@ -53,6 +53,7 @@ from .bodies import (
 )
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .logs_intake import GRPC_LOGS_SERVICE, LogIntake, logs_response
+from .metrics import ServeCounters
 from .receiver_config import MiB, ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -262,8 +263,15 @@ class _Admission(grpc.GenericRpcHandler):
     thread, so the count it reads is exact.
     """
 
-    def __init__(self, services: list[OtlpGrpcService], pool: _CountingPool, limit: int) -> None:
+    def __init__(
+        self,
+        services: list[OtlpGrpcService],
+        pool: _CountingPool,
+        limit: int,
+        counters: ServeCounters,
+    ) -> None:
         self._pool = pool
+        self._counters = counters
         self._limit = limit
         self._log = overload_log("OTLP/gRPC", limit)
         self._refuse = _Refusal(limit)
@@ -288,6 +296,7 @@ class _Admission(grpc.GenericRpcHandler):
         if self._pool.held < self._limit:
             return export
         self._log.happened()
+        self._counters.add("requests_total", outcome="overloaded")
         return refusal
 
     def shutdown(self) -> None:
@@ -314,7 +323,7 @@ def grpc_server(receiver: GrpcReceiver, port: int) -> GrpcFront:
     config = receiver.config
     pool = _CountingPool(config.workers)
     services = [OtlpGrpcService(receiver), OtlpGrpcLogsService(receiver)]
-    admission = _Admission(services, pool, admitted_calls(config.workers))
+    admission = _Admission(services, pool, admitted_calls(config.workers), receiver.intake.counters)
     server = grpc.server(
         pool,
         handlers=[admission],

@@ -152,6 +152,7 @@ class OtlpHttpApp:
                 await self._health(send, ready=path == "/readyz", **close)
             return
         if over_cap:
+            self._receiver.intake.counters.add("requests_total", outcome="overloaded")
             await _send_status(
                 send,
                 503,
@@ -228,6 +229,7 @@ class OtlpHttpApp:
             # Refused before its body is read: waiting, it would hold its
             # memory and its connection for nothing.
             self._overload.happened()
+            self._receiver.intake.counters.add("requests_total", outcome="overloaded")
             await _drain(receive, self._config.max_body_bytes)
             await _send_status(
                 send,
