@@ -189,5 +189,5 @@ def close_run(
 
 def mark_closed(spool: Spool, run: RunRow) -> None:
     """The run is closed where it lives (the platform acknowledged it)."""
-    spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
+    spool.mark_closed(run.local_id)
     logger.info("Run %s closed as %s", run.local_id, run.end_status)

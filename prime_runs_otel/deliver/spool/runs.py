@@ -190,6 +190,21 @@ class SpoolRuns(SpoolCore):
                 (*values.values(), time.time(), local_id),
             )
 
+    def mark_closed(self, local_id: str) -> None:
+        """The run is closed on the platform. Episodes still pending arrived
+        after the check that let it close (during the finalize call): they
+        are late, as if they had come after it, and are delivered to the
+        closed run like any late episode."""
+        now = time.time()
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET close_state = 'closed', closed_at = ?, updated_at = ?, "
+                "late = late + CASE WHEN mode = 'online' THEN (SELECT COUNT(*) FROM episodes e "
+                "WHERE e.run_id = runs.local_id AND e.state = 'pending') ELSE 0 END "
+                "WHERE local_id = ?",
+                (now, now, local_id),
+            )
+
     def claim_create(self, local_id: str) -> bool:
         """Mark the create as in flight before sending it, so a crash between
         the request and its answer is recovered by lookup, not by a second run."""
