@@ -20,8 +20,10 @@ run whose create answer was lost through the list endpoint.
 Failures that may succeed later (an outage, 429, 503) pause the run with
 backoff, honouring Retry-After, for as long as it takes: a run is never given
 up because the platform was away. Only a permanent refusal (an environment
-that does not exist, a credential without access) stops a run's delivery, and
-that is recorded on the run for ``prime-runs-otel show`` and ``push``.
+that does not exist, a credential without access, a wrong address) stops a
+run's delivery, with its episodes kept, and that is recorded on the run for
+``prime-runs-otel show`` and ``push`` (``refusals.py`` says which answer
+costs what).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from .lease import Lease
 from .lifecycle import RunLifecycle, reload
 from .lines import LineCache
 from .platform.http import PlatformError
+from .refusals import StopDelivery, stop_run
 from .spool import RunRow, Spool
 from .stream import EpisodeStream
 from .training_run import TrainingLifecycle
@@ -171,6 +174,9 @@ class Uploader:
                 self._advance(run)
             except Backoff as pause:
                 self._pauses.pause(run, pause)
+            except StopDelivery as stop:
+                self._pauses.clear(run.local_id)
+                stop_run(self._spool, run, stop.reason)
             except Exception as exc:
                 # Whatever one run's data does, the runs after it are still
                 # delivered: this run waits (with backoff) and is retried.

@@ -5,10 +5,12 @@ An upload's bytes are stored in the spool, keyed by their digest, before the
 first attempt; a retry, in this process or the next, sends the same bytes
 again, and the service answers a replay from its receipt instead of storing
 twice. An upload is all or nothing, so one bad episode refuses all the
-others with it: a refused upload is sent again in halves until the episode
-responsible is alone, and only that one fails. An account that is not on
-Prime Traces is told by its first upload, and the run goes to the legacy
-sample table instead (:mod:`.samples`).
+others with it: an upload refused for its content is sent again in halves
+until the episode responsible is alone, and only that one fails. A refusal
+about the set-up (a key, an address) fails no episode: the run's delivery
+stops with them kept (``refusals.py``). An account that is not on Prime
+Traces is told by its first upload, and the run goes to the legacy sample
+table instead (:mod:`.samples`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..lease import Lease
 from ..lines import LineCache
 from ..platform.http import PlatformError
 from ..platform.traces import SERVICE_NOT_ENABLED, compress_lines, upload_key
+from ..refusals import Narrowing, about_content, refused_setup
 from ..spool import EpisodeRow, RunRow, Spool, UploadRow
 from .base import fail_unsendable
 
@@ -51,19 +54,14 @@ class TracesSink:
         lease: Lease,
         lines: LineCache,
         give_way: Callable[[], None],
+        narrowing: Narrowing,
     ) -> None:
         self._spool = spool
         self._clients = clients
         self._lease = lease
         self._lines = lines
         self._give_way = give_way
-        #: Per run, the most episodes one upload may hold while a refused
-        #: upload is being narrowed down to the episode that caused it.
-        self._batch_limit: dict[str, int] = {}
-
-    def episode_limit(self, run_id: str) -> int:
-        """The most episodes the run's next request may carry."""
-        return self._batch_limit.get(run_id, MAX_BATCH_EPISODES)
+        self._narrowing = narrowing
 
     def send(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
         assert run.platform_id is not None
@@ -124,33 +122,38 @@ class TracesSink:
                 return
             if exc.retryable:
                 raise Backoff(exc) from exc
-            seqs = self._spool.upload_episode_seqs(upload_id)
-            if exc.status == 400 and len(seqs) > 1:
-                # One bad episode refuses the whole upload (all or nothing, so
-                # nothing of it is stored): halve until the bad one is alone.
-                self._batch_limit[run.local_id] = len(seqs) // 2
-                self._spool.release_traces_upload(upload_id)
-                logger.info(
-                    "Run %s: an upload of %d episodes was refused (%s); retrying in halves "
-                    "to isolate the episode responsible",
-                    run.local_id,
-                    len(seqs),
-                    exc,
-                )
-                return
-            self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
-            logger.error(
-                "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
-                "failed and kept in the spool",
+            self._refused(run, upload_id, exc)
+            return
+        self._spool.commit_traces_upload(run.local_id, upload_id)
+        self._narrowing.delivered(run.local_id)
+
+    def _refused(self, run: RunRow, upload_id: str, exc: PlatformError) -> None:
+        """An upload refused for good: nothing of it was stored (all or
+        nothing). Its episodes fail only when the answer is about them."""
+        seqs = self._spool.upload_episode_seqs(upload_id)
+        if not about_content(exc):
+            self._spool.release_upload(upload_id)
+            raise refused_setup(exc, "the Prime Traces upload")
+        if len(seqs) > 1:
+            # One bad episode refuses the whole upload: halve until it is alone.
+            self._narrowing.refused(run.local_id, len(seqs))
+            self._spool.release_upload(upload_id)
+            logger.info(
+                "Run %s: an upload of %d episodes was refused (%s); retrying in halves "
+                "to isolate the episode responsible",
                 run.local_id,
                 len(seqs),
                 exc,
             )
             return
-        self._spool.commit_traces_upload(run.local_id, upload_id)
-        limit = self._batch_limit.pop(run.local_id, None)
-        if limit is not None and limit * 2 < MAX_BATCH_EPISODES:
-            self._batch_limit[run.local_id] = limit * 2
+        self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
+        logger.error(
+            "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
+            "failed and kept in the spool",
+            run.local_id,
+            len(seqs),
+            exc,
+        )
 
     @staticmethod
     def _context(run: RunRow) -> dict[str, str]:
