@@ -79,6 +79,7 @@ def _spool(settings: Settings) -> Check:
         integrity = _integrity(path)
         damaged = _damaged_records(path) if integrity == "ok" else 0
         runs = spool.runs()
+        unreadable = spool.damaged_runs()
     except (SpoolError, sqlite3.Error) as exc:
         return Check("spool", FAIL, f"{path}: {exc}", "move the file aside; a new spool is created")
     size = spool.size_bytes()
@@ -92,6 +93,17 @@ def _spool(settings: Settings) -> Check:
     )
     if integrity != "ok":
         return Check("spool", FAIL, detail, "move the file aside; a new spool is created")
+    if unreadable:
+        names = ", ".join(exc.local_id[:12] for exc in unreadable[:5])
+        return Check(
+            "spool",
+            WARN,
+            detail + f", but {len(unreadable)} run(s) cannot be read back ({names}): their rows "
+            "are damaged, and they are left out of delivery and of every listing",
+            "every other run is delivered as usual; remove a damaged run (its episodes go "
+            f"with it) with `prime-runs-otel rm --force {unreadable[0].local_id}`, or keep the "
+            "spool for inspection",
+        )
     if damaged:
         return Check(
             "spool",

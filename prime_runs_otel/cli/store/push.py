@@ -20,7 +20,7 @@ from ...deliver.uploader import Uploader
 from ..arguments import json_option, non_negative_float, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, color, print_json
-from .lookup import find, open_spool
+from .lookup import find, note_damaged, open_spool
 from .queries import run_view
 
 
@@ -60,6 +60,7 @@ def _pushable(row: RunRow) -> bool:
 def cmd_push(args: argparse.Namespace) -> int:
     _, spool = open_spool(args.spool_dir)
     targets = _push_targets(args, spool)
+    damaged = note_damaged(spool) if args.all else 0
     amend = bool(args.environment or args.model)
     if amend and len(targets) != 1:
         raise UsageError("--environment and --model amend one run: name exactly one RUN")
@@ -96,8 +97,10 @@ def cmd_push(args: argparse.Namespace) -> int:
     _deliver(spool, settings, ids, args.timeout)
     rows = [row for row in (spool.run(key) for key in ids) if row is not None]
     _report(rows, skipped, spool, as_json=args.json)
-    incomplete = bool(skipped) or any(
-        spool.pending_count(row.local_id) or row.failed or not row.closed for row in rows
+    incomplete = (
+        bool(skipped)
+        or bool(damaged)
+        or any(spool.pending_count(row.local_id) or row.failed or not row.closed for row in rows)
     )
     return EXIT_INCOMPLETE if incomplete else EXIT_OK
 

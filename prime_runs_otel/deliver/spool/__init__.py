@@ -38,7 +38,7 @@ from .processes import (
     process_start_token,
     this_producer,
 )
-from .runs import RunRow, SpoolRuns
+from .runs import DamagedRunError, RunRow, SpoolRuns
 from .samples import SpoolSamples
 from .schema import SCHEMA_VERSION
 from .size import WARN_FRACTION
@@ -50,6 +50,7 @@ __all__ = [
     "AUTOCHECKPOINT_PAGES",
     "SCHEMA_VERSION",
     "WARN_FRACTION",
+    "DamagedRunError",
     "EpisodeRow",
     "IngestOutcome",
     "MetricsRow",

@@ -155,6 +155,7 @@ class SpoolCore:
         self.max_bytes = max_bytes
         self._local = threading.local()
         self._warned_full = False  # see size.py
+        self._reported_damaged: set[str] = set()  # see runs.py
         try:
             # Private when created here: records hold prompts and completions.
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
