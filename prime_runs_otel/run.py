@@ -575,12 +575,12 @@ class Run:
             # until somebody pushes it.
             pending=spool.pending_count(self.id) if run.mode == "online" else 0,
             uncertain=run.uncertain,
-            failed=run.failed + run.rejected,
+            failed=run.failed + run.rejected + self._exporter.lost(self.id),
             corrupt=run.corrupt,
             spool_path=str(spool.path),
             error=run.last_error,
             stopped=run.stopped,
-            rejected=run.rejected,
+            rejected=run.rejected + self._exporter.lost(self.id),
         )
 
     def __enter__(self) -> Run:

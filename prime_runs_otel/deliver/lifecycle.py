@@ -89,7 +89,9 @@ def ready_to_close(spool: Spool, run: RunRow) -> bool:
     producer recorded has arrived (or the wait for stragglers is over)."""
     if spool.pending_count(run.local_id):
         return False
-    if run.end_expected is not None and run.episodes + run.duplicates < run.end_expected:
+    # An episode refused at the spool (counted as rejected) has arrived too.
+    arrived = run.episodes + run.duplicates + run.rejected
+    if run.end_expected is not None and arrived < run.end_expected:
         waited = time.time() - (run.ended_at or time.time())
         if waited < STRAGGLER_GRACE:
             return False

@@ -156,6 +156,8 @@ class Uploader:
         if not self._lease.acquire():
             return
         try:
+            # Delivery needs room on the disk to free room on it (size.py).
+            self._spool.keep_room()
             self._deliver_runs(only)
         finally:
             # Here rather than in whichever commit crosses SQLite's threshold,

@@ -77,6 +77,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     if not targets:
         _report([], skipped, spool, as_json=args.json, note="nothing to push")
         return EXIT_OK
+    spool.keep_room()  # on a full disk, the spool's reserve is for delivering it
     for run in ready:
         if amend:
             identity = dataclasses.replace(

@@ -28,7 +28,7 @@ connection, so each module can be read alone.
 
 from __future__ import annotations
 
-from .core import AUTOCHECKPOINT_PAGES, SpoolError
+from .core import AUTOCHECKPOINT_PAGES, SpoolError, SpoolFullError
 from .episodes import EpisodeRow, SpoolEpisodes
 from .ingest import IngestOutcome, SpoolIngest
 from .processes import (
@@ -41,13 +41,14 @@ from .processes import (
 from .runs import DamagedRunError, RunRow, SpoolRuns
 from .samples import SpoolSamples
 from .schema import SCHEMA_VERSION
-from .size import WARN_FRACTION
+from .size import RETAKE_RESERVES, WARN_FRACTION
 from .steps import MetricsRow, SpoolSteps, StepUpload
 from .traces import SpoolTraces
 from .uploads import SpoolUploads, UploadRow
 
 __all__ = [
     "AUTOCHECKPOINT_PAGES",
+    "RETAKE_RESERVES",
     "SCHEMA_VERSION",
     "WARN_FRACTION",
     "DamagedRunError",
@@ -57,6 +58,7 @@ __all__ = [
     "RunRow",
     "Spool",
     "SpoolError",
+    "SpoolFullError",
     "StepUpload",
     "UploadRow",
     "lease_owner",

@@ -144,6 +144,10 @@ class SpoolError(PrimeRunsOtelError):
     """The spool cannot be opened or written (permissions, disk, corruption)."""
 
 
+class SpoolFullError(SpoolError):
+    """A write refused because the spool's disk is full (see ``size.py``)."""
+
+
 class SpoolCore:
     """Connections, transactions and the schema of one spool file.
 
@@ -237,15 +241,38 @@ class SpoolCore:
                     db.execute("ROLLBACK")
                 if _is_damage(exc):
                     raise self.damaged(str(exc)) from exc
+                if _is_full(exc):
+                    raise self.full() from exc
                 raise
             else:
-                db.execute("COMMIT")
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    if _is_full(exc):
+                        raise self.full() from exc
+                    raise
 
     def checkpoint(self) -> None:
         """Copy committed pages from the write-ahead log into the database
-        without waiting for anyone (PASSIVE: writers carry on meanwhile)."""
+        without waiting for anyone (PASSIVE: writers carry on meanwhile).
+        Best effort: on a full disk it waits for the next one."""
         with _GATE:
-            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            try:
+                self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.OperationalError as exc:
+                if not _is_full(exc):
+                    raise
+                logger.debug("checkpointing the spool %s waits for room: %s", self.path, exc)
+
+    def full(self) -> SpoolFullError:
+        """The error for a write refused because the spool's disk is full."""
+        return SpoolFullError(
+            f"the disk holding the spool {str(self.path)!r} is full. Free space on it, or "
+            "move PRIME_RUNS_OTEL_DIR to a larger disk; nothing stored is lost, and delivery "
+            "frees room as it goes"
+        )
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of one read, fetched whole so no statement stays open."""
@@ -299,6 +326,18 @@ def _is_damage(exc: BaseException) -> bool:
     if type(exc) is sqlite3.DatabaseError:  # "malformed", "not a database"
         return True
     return isinstance(exc, sqlite3.OperationalError) and "Could not decode" in str(exc)
+
+
+#: SQLite's result code for a full disk (or a file at its page limit).
+_SQLITE_FULL = 13
+
+
+def _is_full(exc: BaseException) -> bool:
+    """Whether a SQLite error means the disk (or the file's page limit) is full."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == _SQLITE_FULL or "database or disk is full" in str(exc)
 
 
 def _warn_if_shared(folder: Path) -> None:

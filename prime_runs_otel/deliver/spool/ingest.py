@@ -15,6 +15,7 @@ from typing import Any
 from ...read.episodes import EpisodeArrival
 from ...read.projection import LineTemplate, SummaryAccumulator
 from ...read.records import RunBatch
+from .core import SpoolFullError
 from .processes import register_producer as register_producer_row
 from .runs import ensure_run
 from .size import SpoolSize
@@ -52,13 +53,24 @@ class SpoolIngest(SpoolSize):
 
         Idempotent: an episode already in the spool for its run is counted as
         a duplicate and changes nothing, so collector retries and replays are
-        stored once. At the size cap new episodes are refused and counted on
-        their run; run events are always accepted (they are tiny, and losing
-        a run's end would leave it open).
+        stored once. At the size cap, and short of the disk's reserve, new
+        episodes are refused and counted on their run; run events are always
+        accepted (they are tiny, and losing a run's end would leave it open):
+        on a full disk the reserve is released for them (``size.py``).
         """
-        # The cap is checked per episode against the file size plus what this
+        try:
+            return self._ingest(batches, mode, register_producer, owns_runs)
+        except SpoolFullError:
+            if not self.release_reserve():
+                raise
+            return self._ingest(batches, mode, register_producer, owns_runs)
+
+    def _ingest(
+        self, batches: Sequence[RunBatch], mode: str, register_producer: bool, owns_runs: bool
+    ) -> IngestOutcome:
+        # The cap and the disk are checked per episode against what this
         # batch adds, since one export batch can carry thousands of episodes.
-        size = self.size_bytes()
+        room = _Room(self.size_bytes(), self.max_bytes, self.disk_left_for_episodes())
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
@@ -73,8 +85,8 @@ class SpoolIngest(SpoolSize):
                         "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
                         (json.dumps(batch.start.config), local_id),
                     )
-                added, refused, size = self._insert_episodes(
-                    db, local_id, batch.episodes, summary, size, lines
+                added, refused = self._insert_episodes(
+                    db, local_id, batch.episodes, summary, room, lines
                 )
                 stored += added
                 rejected += refused
@@ -111,8 +123,9 @@ class SpoolIngest(SpoolSize):
                             local_id,
                         ),
                     )
-        self._warn_near_cap(size)
-        self._report_refused(rejected)
+        self._warn_near_cap(room.size)
+        self._report_refused(rejected - room.disk_refused)
+        self._report_refused(room.disk_refused, disk_full=True)
         return IngestOutcome(stored, duplicates, corrupt, rejected, tuple(lines))
 
     def _insert_episodes(
@@ -121,11 +134,11 @@ class SpoolIngest(SpoolSize):
         run_id: str,
         episodes: Sequence[EpisodeArrival],
         summary: SummaryAccumulator,
-        size: int,
+        room: _Room,
         lines: list[tuple[int, LineTemplate]],
-    ) -> tuple[int, int, int]:
-        """Store the new episodes of one run from one batch; returns how many
-        were added and refused, and the spool's size after them. The line
+    ) -> tuple[int, int]:
+        """Store the new episodes of one run from one batch, as far as
+        ``room`` goes; returns how many were added and refused. The line
         templates of those stored go to ``lines`` under their ``seq``.
 
         A fixed handful of statements whatever the batch size, rather than a
@@ -148,14 +161,13 @@ class SpoolIngest(SpoolSize):
         for episode in episodes:
             if episode.episode_id in known:
                 continue
-            if size + len(episode.raw) > self.max_bytes:
+            if not room.take(len(episode.raw)):
                 refused += 1
                 continue
             known.add(episode.episode_id)
             fresh.append(episode)
-            size += len(episode.raw)
         if not fresh:
-            return 0, refused, size
+            return 0, refused
         numbers = self._number_rollouts(db, run_id, fresh)
         _insert_rows(
             db,
@@ -175,7 +187,7 @@ class SpoolIngest(SpoolSize):
         lines.extend((seqs[e.episode_id], e.line) for e in fresh if e.line is not None)
         for episode in fresh:
             summary.add_digest(episode.digest)
-        return len(fresh), refused, size
+        return len(fresh), refused
 
     @staticmethod
     def _number_rollouts(
@@ -205,6 +217,30 @@ class SpoolIngest(SpoolSize):
                 suffix="ON CONFLICT (run_id, example_key) DO UPDATE SET count = excluded.count",
             )
         return numbers
+
+
+@dataclass
+class _Room:
+    """What one ingest may still add: up to the cap, and short of the
+    disk's reserve (``disk_left``; ``None`` when the disk cannot be asked).
+    A byte costs the disk twice until the next checkpoint (the write-ahead
+    log, then the file)."""
+
+    size: int
+    cap: int
+    disk_left: int | None
+    disk_refused: int = 0
+
+    def take(self, length: int) -> bool:
+        if self.size + length > self.cap:
+            return False
+        if self.disk_left is not None:
+            if self.disk_left < 2 * length:
+                self.disk_refused += 1
+                return False
+            self.disk_left -= 2 * length
+        self.size += length
+        return True
 
 
 #: Rows per multi-row statement: well inside SQLite's 32,766 bound variables.

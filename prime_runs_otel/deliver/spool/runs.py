@@ -209,6 +209,14 @@ class SpoolRuns(SpoolCore):
                 (*values.values(), time.time(), local_id),
             )
 
+    def count_rejected(self, local_id: str, count: int) -> None:
+        """Episodes of the run that could not be stored (the spool's disk was
+        full even for them), counted as refused at the spool."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET rejected = rejected + ? WHERE local_id = ?", (count, local_id)
+            )
+
     def claim_create(self, local_id: str) -> bool:
         """Mark the create as in flight before sending it, so a crash between
         the request and its answer is recovered by lookup, not by a second run."""

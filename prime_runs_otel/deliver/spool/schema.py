@@ -164,8 +164,10 @@ def migrate(db: sqlite3.Connection, version: int) -> None:
             "SELECT seq, record FROM episodes WHERE record IS NOT NULL"
         )
         db.execute("UPDATE episodes SET record = NULL WHERE record IS NOT NULL")
+    # Written only when it changes: opening a spool on a full disk must not
+    # need room (``size.py``).
     db.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-        "ON CONFLICT DO UPDATE SET value = excluded.value",
+        "ON CONFLICT DO UPDATE SET value = excluded.value WHERE value != excluded.value",
         (str(SCHEMA_VERSION),),
     )

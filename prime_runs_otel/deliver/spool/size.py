@@ -1,19 +1,58 @@
-"""The spool's size cap: how big the file is, and saying so before and
-when the cap refuses episodes (the refusals themselves are counted where
-episodes are stored, in ``ingest``)."""
+"""The spool's size: its cap, and the room left on its disk.
+
+Two limits refuse new episodes (counted on their run, in ``ingest``): the
+cap (``PRIME_RUNS_OTEL_SPOOL_MAX_BYTES``), and the disk's last
+:meth:`SpoolSize.reserve_bytes`, which producers never take.
+
+Why the disk matters to delivery: delivery writes to the spool too (the
+lease, each upload's bytes before it is sent, every episode's state), and
+SQLite's write-ahead log needs room before a checkpoint lets the file reuse
+what delivered episodes freed. A spool whose disk is full cannot deliver
+itself out of it, and nothing would ever free the room. So the room
+delivery needs is kept twice: producers stop short of the disk's last
+``reserve_bytes``, and a file of that size (``spool.sqlite3-reserve``) is
+held beside the spool, once the disk has less than 64 reserves' worth free,
+for when something else fills the disk. The process
+that delivers releases it when the disk is (nearly) full, drains the spool
+into it (each delivered upload frees the pages the next one reuses), and
+takes it back once the disk has room again.
+"""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from contextlib import suppress
+from pathlib import Path
 
+from ..._text import shown
 from .core import SpoolCore
 
 logger = logging.getLogger(__name__)
 
 #: Warn once the spool passes this share of its cap.
 WARN_FRACTION = 0.8
+#: The disk reserve is this share of the cap, within the bounds below: room
+#: for a checkpoint of the write-ahead log and a few uploads.
+RESERVE_FRACTION = 1 / 64
+MIN_RESERVE_BYTES = 4 * 1024 * 1024
+MAX_RESERVE_BYTES = 32 * 1024 * 1024
+#: The reserve is taken (back) once the disk has this many reserves' worth
+#: free, and not before it has fewer than ``TAKE_BELOW_RESERVES``: a disk
+#: with gigabytes free needs none (nor do the thousands of spools of a test
+#: suite), and one on its way to full gets it in time.
+RETAKE_RESERVES = 3
+TAKE_BELOW_RESERVES = 64
+
+
+def disk_free(folder: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``folder``'s disk."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
 
 
 class SpoolSize(SpoolCore):
@@ -23,6 +62,86 @@ class SpoolSize(SpoolCore):
             with suppress(OSError):
                 total += os.path.getsize(f"{self.path}{suffix}")
         return total
+
+    # -- the disk -------------------------------------------------------------
+
+    @property
+    def reserve_bytes(self) -> int:
+        """Room on the disk kept for delivery (see the module's docstring)."""
+        share = int(self.max_bytes * RESERVE_FRACTION)
+        return min(MAX_RESERVE_BYTES, max(MIN_RESERVE_BYTES, share))
+
+    @property
+    def reserve_path(self) -> Path:
+        return Path(f"{self.path}-reserve")
+
+    def disk_free(self) -> int | None:
+        return disk_free(self.path.parent)
+
+    def disk_left_for_episodes(self) -> int | None:
+        """What producers may still add before the disk's last reserve;
+        ``None`` when the disk cannot be asked."""
+        free = self.disk_free()
+        return None if free is None else free - self.reserve_bytes
+
+    def has_room(self) -> bool:
+        """Whether new episodes would be stored now (under the cap, and
+        short of the disk's reserve)."""
+        left = self.disk_left_for_episodes()
+        return self.size_bytes() < self.max_bytes and (left is None or left > 0)
+
+    def keep_room(self) -> None:
+        """Called by the process that delivers, before each pass: release
+        the reserve file when the disk is (nearly) full, so that delivery
+        can write; take it back once the disk has room again."""
+        free = self.disk_free()
+        if free is None:
+            return
+        reserve = self.reserve_bytes
+        if free < reserve:
+            self.release_reserve()
+        elif RETAKE_RESERVES * reserve <= free < TAKE_BELOW_RESERVES * reserve:
+            self.take_reserve()  # once: it is there already, or it is made now
+
+    def release_reserve(self) -> bool:
+        """Give the reserve's room to the spool's writes (the disk is full);
+        ``False`` when there was none to give. Producers still stop short of
+        the disk's last ``reserve_bytes``, so what it frees goes to delivery,
+        and to the tiny writes that must never be lost (a run's end, the
+        count of what was refused)."""
+        try:
+            self.reserve_path.unlink()
+        except OSError:
+            return False
+        logger.warning(
+            "The disk holding the spool %s is full: released the spool's %d-byte reserve so "
+            "that delivery can go on and free room. New episodes are refused (and counted on "
+            "their runs) until the disk has room again: free space on it, or move "
+            "PRIME_RUNS_OTEL_DIR to a larger disk.",
+            shown(str(self.path)),
+            self.reserve_bytes,
+        )
+        return True
+
+    def take_reserve(self) -> None:
+        """Create the reserve file, once, while the disk has room for it."""
+        free = self.disk_free()
+        if free is None or free < RETAKE_RESERVES * self.reserve_bytes:
+            return
+        try:
+            fd = os.open(self.reserve_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError:
+            return  # there already, or the folder is not ours to write
+        try:
+            _allocate(fd, self.reserve_bytes)
+        except OSError as exc:
+            logger.debug("could not allocate the spool's disk reserve: %s", exc)
+            with suppress(OSError):
+                self.reserve_path.unlink()
+        finally:
+            os.close(fd)
+
+    # -- saying so --------------------------------------------------------------
 
     def _warn_near_cap(self, size: int) -> None:
         if size < WARN_FRACTION * self.max_bytes or self._warned_full:
@@ -37,8 +156,17 @@ class SpoolSize(SpoolCore):
             self.max_bytes,
         )
 
-    def _report_refused(self, rejected: int) -> None:
+    def _report_refused(self, rejected: int, *, disk_full: bool = False) -> None:
         if not rejected:
+            return
+        if disk_full:
+            logger.error(
+                "The disk holding the spool %s is full: %d episode(s) refused. They are "
+                "counted on their run; free space on the disk (delivery frees what it "
+                "delivers) or move PRIME_RUNS_OTEL_DIR to a larger disk.",
+                self.path,
+                rejected,
+            )
             return
         logger.error(
             "The spool %s is full (cap %d bytes): %d episode(s) refused. They are counted "
@@ -48,3 +176,19 @@ class SpoolSize(SpoolCore):
             self.max_bytes,
             rejected,
         )
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Really take ``size`` bytes on the disk (a sparse file would take none)."""
+    if hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # write it out instead
+                raise
+    block = b"\0" * (1024 * 1024)
+    written = 0
+    while written < size:
+        written += os.write(fd, block[: size - written])
+    os.fsync(fd)
