@@ -18,7 +18,7 @@ from ...read.records import RunBatch
 from .core import SpoolFullError
 from .processes import register_producer as register_producer_row
 from .runs import ensure_run
-from .size import SpoolSize
+from .size import STOPPED_HELD_SQL, STOPPED_SHARE, SpoolSize
 from .steps import insert_metrics
 
 
@@ -70,11 +70,16 @@ class SpoolIngest(SpoolSize):
     ) -> IngestOutcome:
         # The cap and the disk are checked per episode against what this
         # batch adds, since one export batch can carry thousands of episodes.
-        room = _Room(self.size_bytes(), self.max_bytes, self.disk_left_for_episodes())
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
         with self._transaction() as db:
+            room = _Room(
+                self.size_bytes(),
+                db.execute(STOPPED_HELD_SQL).fetchone()[0],
+                self.max_bytes,
+                self.disk_left_for_episodes(),
+            )
             for batch in batches:
                 local_id = batch.identity.local_id
                 summary = ensure_run(db, batch.identity, mode=mode, now=now)
@@ -124,8 +129,9 @@ class SpoolIngest(SpoolSize):
                         ),
                     )
         self._warn_near_cap(room.size)
-        self._report_refused(rejected - room.disk_refused)
+        self._report_refused(rejected - room.disk_refused - room.stopped_refused)
         self._report_refused(room.disk_refused, disk_full=True)
+        self._report_refused(room.stopped_refused, stopped=True)
         return IngestOutcome(stored, duplicates, corrupt, rejected, tuple(lines))
 
     def _insert_episodes(
@@ -158,10 +164,11 @@ class SpoolIngest(SpoolSize):
             known.update(stored)
         fresh: list[EpisodeArrival] = []
         refused = 0
+        stopped = bool(episodes) and _stopped(db, run_id)
         for episode in episodes:
             if episode.episode_id in known:
                 continue
-            if not room.take(len(episode.raw)):
+            if not room.take(len(episode.raw), stopped=stopped):
                 refused += 1
                 continue
             known.add(episode.episode_id)
@@ -219,20 +226,37 @@ class SpoolIngest(SpoolSize):
         return numbers
 
 
+def _stopped(db: sqlite3.Connection, local_id: str) -> bool:
+    """Whether the run's delivery stopped (``RunRow.stopped``)."""
+    row = db.execute(
+        "SELECT create_state = 'failed' OR close_state = 'gave_up' FROM runs WHERE local_id = ?",
+        (local_id,),
+    ).fetchone()
+    return bool(row and row[0])
+
+
 @dataclass
 class _Room:
-    """What one ingest may still add: up to the cap, and short of the
-    disk's reserve (``disk_left``; ``None`` when the disk cannot be asked).
-    A byte costs the disk twice until the next checkpoint (the write-ahead
-    log, then the file)."""
+    """What one ingest may still add. Runs still delivering share the cap
+    (``size`` less what stopped runs hold); runs whose delivery stopped
+    share ``STOPPED_SHARE`` of it among themselves, and never take the
+    others' room; nobody takes the disk's reserve (``disk_left``; ``None``
+    when the disk cannot be asked). A byte costs the disk twice until the
+    next checkpoint (the write-ahead log, then the file)."""
 
     size: int
+    stopped_held: int
     cap: int
     disk_left: int | None
     disk_refused: int = 0
+    stopped_refused: int = 0
 
-    def take(self, length: int) -> bool:
-        if self.size + length > self.cap:
+    def take(self, length: int, *, stopped: bool) -> bool:
+        if stopped:
+            if self.stopped_held + length > self.cap * STOPPED_SHARE:
+                self.stopped_refused += 1
+                return False
+        elif self.size - self.stopped_held + length > self.cap:
             return False
         if self.disk_left is not None:
             if self.disk_left < 2 * length:
@@ -240,6 +264,8 @@ class _Room:
                 return False
             self.disk_left -= 2 * length
         self.size += length
+        if stopped:
+            self.stopped_held += length
         return True
 
 

@@ -55,13 +55,44 @@ def disk_free(folder: Path) -> int | None:
     return stat.f_bavail * stat.f_frsize
 
 
+#: Runs whose delivery stopped (``RunRow.stopped``) take no room from the
+#: cap of the runs still delivering: nothing frees what they hold until
+#: somebody acts, and the others must keep room to stream through. New
+#: episodes of theirs are taken while they hold less than this share of the
+#: cap together. (So the file may hold up to the cap of delivering runs plus
+#: what stopped runs held when they stopped; the disk's reserve still holds.)
+STOPPED_SHARE = 0.5
+#: What a run whose delivery stopped holds: its stored, undelivered episodes.
+STOPPED_HELD_SQL = (
+    "SELECT COALESCE(SUM(e.size), 0) FROM episodes e JOIN runs r ON r.local_id = e.run_id "
+    "WHERE (r.create_state = 'failed' OR r.close_state = 'gave_up') "
+    "AND e.state IN ('pending', 'uploading', 'sending', 'failed')"
+)
+
+
 class SpoolSize(SpoolCore):
     def size_bytes(self) -> int:
+        """What the spool holds: its pages in use. The file does not shrink
+        when delivered bodies are dropped, but their pages are reused, so
+        the room delivery frees counts as room at once."""
+        with suppress(Exception):
+            ((pages,),) = self._query("PRAGMA page_count")
+            ((free,),) = self._query("PRAGMA freelist_count")
+            ((page_size,),) = self._query("PRAGMA page_size")
+            return int((pages - free) * page_size)
+        return self._file_bytes()
+
+    def _file_bytes(self) -> int:
         total = 0
         for suffix in ("", "-wal"):
             with suppress(OSError):
                 total += os.path.getsize(f"{self.path}{suffix}")
         return total
+
+    def stopped_runs_bytes(self) -> int:
+        """What runs whose delivery stopped hold (see ``STOPPED_SHARE``)."""
+        ((held,),) = self._query(STOPPED_HELD_SQL)
+        return int(held)
 
     # -- the disk -------------------------------------------------------------
 
@@ -88,7 +119,8 @@ class SpoolSize(SpoolCore):
         """Whether new episodes would be stored now (under the cap, and
         short of the disk's reserve)."""
         left = self.disk_left_for_episodes()
-        return self.size_bytes() < self.max_bytes and (left is None or left > 0)
+        held = self.size_bytes() - self.stopped_runs_bytes()
+        return held < self.max_bytes and (left is None or left > 0)
 
     def keep_room(self) -> None:
         """Called by the process that delivers, before each pass: release
@@ -156,8 +188,20 @@ class SpoolSize(SpoolCore):
             self.max_bytes,
         )
 
-    def _report_refused(self, rejected: int, *, disk_full: bool = False) -> None:
+    def _report_refused(
+        self, rejected: int, *, disk_full: bool = False, stopped: bool = False
+    ) -> None:
         if not rejected:
+            return
+        if stopped:
+            logger.error(
+                "%d episode(s) of runs whose delivery stopped were refused: such runs may hold "
+                "%.0f%% of the spool's cap together, so that they cannot take the room the "
+                "others need. They are counted on their run; fix the cause and deliver them "
+                "(`prime-runs-otel show RUN` says what to do), or remove them (`rm`).",
+                rejected,
+                100 * STOPPED_SHARE,
+            )
             return
         if disk_full:
             logger.error(
