@@ -88,3 +88,26 @@ def test_a_damaged_run_costs_only_itself(
 
     assert {run.status for run in online.runs()} == {"COMPLETED"}
     assert sum(len(online.episodes(run.id)) for run in online.runs()) == 10
+
+
+@pytest.mark.parametrize("what", ["episodes", "samples"])
+def test_export_of_a_damaged_record_exports_the_rest_and_counts_it(
+    capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    local_id = _recorded("exported", seed=5, mode="local")
+    db = sqlite3.connect(resolve_settings().spool_path)
+    try:
+        with db:
+            (seq,) = db.execute("SELECT MIN(seq) FROM records").fetchone()
+            db.execute("UPDATE records SET body = ? WHERE seq = ?", (b'{"id": "\xff\xfe', seq))
+    finally:
+        db.close()
+
+    code, out, err = _cli(capsys, "export", local_id, "--what", what)
+
+    assert code == 1, err
+    episodes = {
+        json.loads(line)["episode_id" if what == "samples" else "id"] for line in out.splitlines()
+    }
+    assert len(episodes) == 4
+    assert "1 episode(s)" in err and "damaged" in err and "Traceback" not in err
