@@ -377,7 +377,7 @@ def _create_private(path: Path) -> None:
         status = path.stat()
     except OSError:
         return
-    if status.st_size == 0:
+    if _truncated(path, status):
         logger.warning(
             "The spool %s is empty (0 bytes); starting a new one in it. If it held runs, it "
             "was truncated on disk and they are gone: restore it from a backup to get them "
@@ -388,6 +388,25 @@ def _create_private(path: Path) -> None:
         for member in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
             with contextlib.suppress(OSError):
                 member.chmod(0o600)
+
+
+#: An empty spool file younger than this is another process creating it.
+_CREATING_SECONDS = 30.0
+
+
+def _truncated(path: Path, status: os.stat_result) -> bool:
+    """Whether an existing spool file looks cut to nothing on disk: empty,
+    with nothing in its write-ahead log either, and not just created by
+    another process starting at the same moment (which has not written its
+    first page yet, or holds it in the log)."""
+    if status.st_size:
+        return False
+    try:
+        if os.path.getsize(f"{path}-wal"):
+            return False
+    except OSError:
+        pass
+    return time.time() - status.st_mtime > _CREATING_SECONDS
 
 
 def _enable_wal(db: sqlite3.Connection, timeout: float = 60.0) -> None:
