@@ -26,7 +26,7 @@ from ..lease import Lease
 from ..lines import LineCache
 from ..platform.http import PlatformError
 from ..platform.traces import SERVICE_NOT_ENABLED, compress_lines, upload_key
-from ..refusals import Narrowing, about_content, refused_setup
+from ..refusals import Narrowing, StopDelivery, about_content, refused_setup
 from ..spool import EpisodeRow, RunRow, Spool, UploadRow
 from .base import fail_unsendable
 
@@ -62,6 +62,11 @@ class TracesSink:
         self._lines = lines
         self._give_way = give_way
         self._narrowing = narrowing
+        #: Uploads begun in this process none of whose attempts may have
+        #: acted: only these may be split. One that may be stored already (an
+        #: ambiguous failure, or left open by an earlier process) is only ever
+        #: sent again whole, or the service could store its episodes twice.
+        self._unsent: set[str] = set()
 
     def send(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
         assert run.platform_id is not None
@@ -95,6 +100,7 @@ class TracesSink:
         upload_id = upload_key(body)
         compressed = compress_lines(body)
         self._spool.begin_traces_upload(run.local_id, seqs, upload_id, compressed, encoding="gzip")
+        self._unsent.add(upload_id)
         self._send(run, upload_id, compressed)
 
     def resume(self, run: RunRow, upload: UploadRow) -> None:
@@ -120,20 +126,31 @@ class TracesSink:
                 self._spool.abandon_traces_uploads(run.local_id, sink="samples")
                 self._lines.clear()
                 return
+            if exc.ambiguous:
+                self._unsent.discard(upload_id)
             if exc.retryable:
                 raise Backoff(exc) from exc
             self._refused(run, upload_id, exc)
             return
+        self._unsent.discard(upload_id)
         self._spool.commit_traces_upload(run.local_id, upload_id)
         self._narrowing.delivered(run.local_id)
 
     def _refused(self, run: RunRow, upload_id: str, exc: PlatformError) -> None:
-        """An upload refused for good: nothing of it was stored (all or
-        nothing). Its episodes fail only when the answer is about them."""
+        """An upload refused for good. Its episodes fail only when the answer
+        is about them, and it is split or given up only when no attempt of
+        it may have been stored; otherwise it stays as it is, for ``push``
+        to send again whole (the service replays a stored one's receipt)."""
         seqs = self._spool.upload_episode_seqs(upload_id)
         if not about_content(exc):
-            self._spool.release_upload(upload_id)
             raise refused_setup(exc, "the Prime Traces upload")
+        if upload_id not in self._unsent:
+            raise StopDelivery(
+                f"the Prime Traces upload of {len(seqs)} episode(s) was refused ({exc}) after "
+                "an earlier attempt of it may have been stored; it is kept whole rather than "
+                "split or failed (either could store its episodes twice, or lose them)"
+            )
+        self._unsent.discard(upload_id)
         if len(seqs) > 1:
             # One bad episode refuses the whole upload: halve until it is alone.
             self._narrowing.refused(run.local_id, len(seqs))
