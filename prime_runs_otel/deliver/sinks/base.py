@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..._text import shown
+from ..platform.http import PlatformError
+from ..refusals import Narrowing
 from ..spool import EpisodeRow, RunRow, Spool, UploadRow
 
 logger = logging.getLogger(__name__)
@@ -40,3 +42,28 @@ def fail_unsendable(spool: Spool, run: RunRow, episode: EpisodeRow, exc: BaseExc
     )
     spool.fail_episodes(run.local_id, [episode.seq], reason)
     logger.error("Run %s: %s; counted as failed", shown(run.local_id), shown(reason))
+
+
+def narrow(
+    spool: Spool,
+    narrowing: Narrowing,
+    run: RunRow,
+    upload_id: str,
+    exc: PlatformError,
+    what: str,
+) -> None:
+    """``what`` (an upload of several episodes) was refused whole for its
+    content, so nothing of it was stored: its episodes go back to pending,
+    and the run's next requests carry half as many, until the episode
+    responsible is alone."""
+    sent = len(spool.upload_episode_seqs(upload_id))
+    narrowing.refused(run.local_id, sent)
+    spool.release_upload(upload_id)
+    logger.info(
+        "Run %s: %s of %d episodes was refused (%s); retrying in halves to isolate the "
+        "episode responsible",
+        shown(run.local_id),
+        what,
+        sent,
+        exc,
+    )

@@ -22,6 +22,7 @@ from ..clients import PlatformClients
 from ..platform.http import PlatformError
 from ..refusals import Narrowing, about_content, refused_setup
 from ..spool import EpisodeRow, RunRow, Spool, StepUpload, UploadRow
+from .base import narrow
 
 __all__ = ["SAMPLE_ID_STRIDE", "StepTablesSink"]
 
@@ -142,16 +143,8 @@ class StepTablesSink:
                 raise refused_setup(exc, f"the step {upload.step} sample table") from exc
             seqs = self._spool.upload_episode_seqs(upload_id)
             if len(seqs) > 1:
-                self._narrowing.refused(run.local_id, len(seqs))
-                self._spool.release_upload(upload_id)
-                logger.info(
-                    "Run %s: the step %d sample table of %d episodes was refused (%s); "
-                    "retrying in halves to isolate the episode responsible",
-                    run.local_id,
-                    upload.step,
-                    len(seqs),
-                    exc,
-                )
+                what = f"the step {upload.step} sample table"
+                narrow(self._spool, self._narrowing, run, upload_id, exc, what)
                 return
             reason = f"the step {upload.step} sample table was refused: {exc}"
             self._spool.fail_episodes(run.local_id, seqs, reason)

@@ -28,7 +28,7 @@ from ..platform.http import PlatformError
 from ..platform.traces import SERVICE_NOT_ENABLED, compress_lines, upload_key
 from ..refusals import Narrowing, StopDelivery, about_content, refused_setup
 from ..spool import EpisodeRow, RunRow, Spool, UploadRow
-from .base import fail_unsendable
+from .base import fail_unsendable, narrow
 
 logger = logging.getLogger(__name__)
 
@@ -153,15 +153,7 @@ class TracesSink:
         self._unsent.discard(upload_id)
         if len(seqs) > 1:
             # One bad episode refuses the whole upload: halve until it is alone.
-            self._narrowing.refused(run.local_id, len(seqs))
-            self._spool.release_upload(upload_id)
-            logger.info(
-                "Run %s: an upload of %d episodes was refused (%s); retrying in halves "
-                "to isolate the episode responsible",
-                run.local_id,
-                len(seqs),
-                exc,
-            )
+            narrow(self._spool, self._narrowing, run, upload_id, exc, "an upload")
             return
         self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
         logger.error(
