@@ -244,7 +244,10 @@ class PrimeRunsSpanExporter(SpanExporter):
         self._settle_lost()
         with self._seen_lock:
             self._seen.update(batch.identity.local_id for batch in grouped.batches)
-        if self._uploader is not None:
+        # A forked child never delivers (the parent's uploader does), and the
+        # uploader's locks may have been held by a thread of the parent at
+        # the fork: touching them here could wait forever.
+        if self._uploader is not None and os.getpid() == self._owner_pid:
             if outcome.lines:
                 self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
@@ -412,7 +415,7 @@ class PrimeRunsSpanExporter(SpanExporter):
                 return False
             if time.monotonic() >= deadline:
                 return False
-            if self._uploader is not None:
+            if self._uploader is not None and os.getpid() == self._owner_pid:
                 self._uploader.wake()
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.2)

@@ -65,7 +65,9 @@ class _ForkGate:
     def __enter__(self) -> None:
         me = threading.get_ident()
         with self._state:
-            while self._closed_by is not None and self._closed_by != me:
+            # A thread inside already goes deeper: the fork waits for it to
+            # leave anyway, and holding it here would wait for the fork.
+            while self._closed_by is not None and self._closed_by != me and me not in self._inside:
                 self._state.wait()
             self._inside[me] = self._inside.get(me, 0) + 1
 

@@ -70,12 +70,13 @@ class SpoolIngest(SpoolSize):
     ) -> IngestOutcome:
         # The cap and the disk are checked per episode against what this
         # batch adds, since one export batch can carry thousands of episodes.
+        size = self.size_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
         with self._transaction() as db:
             room = _Room(
-                self.size_bytes(),
+                size,
                 db.execute(STOPPED_HELD_SQL).fetchone()[0],
                 self.max_bytes,
                 self.disk_left_for_episodes(),

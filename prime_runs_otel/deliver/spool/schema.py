@@ -48,6 +48,9 @@ CREATE TABLE IF NOT EXISTS runs (
     last_error TEXT,
     last_seen REAL NOT NULL
 );
+-- Runs whose delivery stopped: every ingest asks what they hold (size.py).
+CREATE INDEX IF NOT EXISTS runs_stopped ON runs (local_id)
+    WHERE create_state = 'failed' OR close_state = 'gave_up';
 CREATE TABLE IF NOT EXISTS episodes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL,

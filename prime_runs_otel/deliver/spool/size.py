@@ -62,9 +62,13 @@ def disk_free(folder: Path) -> int | None:
 #: cap together. (So the file may hold up to the cap of delivering runs plus
 #: what stopped runs held when they stopped; the disk's reserve still holds.)
 STOPPED_SHARE = 0.5
-#: What a run whose delivery stopped holds: its stored, undelivered episodes.
+#: What runs whose delivery stopped hold: their stored, undelivered episodes.
+#: CROSS JOIN keeps SQLite's join order: the few stopped runs first (through
+#: the ``runs_stopped`` index), then their episodes by ``episodes_by_state``,
+#: never a scan of every episode.
 STOPPED_HELD_SQL = (
-    "SELECT COALESCE(SUM(e.size), 0) FROM episodes e JOIN runs r ON r.local_id = e.run_id "
+    "SELECT COALESCE(SUM(e.size), 0) FROM runs r CROSS JOIN episodes e "
+    "ON e.run_id = r.local_id "
     "WHERE (r.create_state = 'failed' OR r.close_state = 'gave_up') "
     "AND e.state IN ('pending', 'uploading', 'sending', 'failed')"
 )
