@@ -20,6 +20,8 @@ import pytest
 import prime_runs_otel as pro
 from prime_runs_otel.cli.doctor import run_checks
 from prime_runs_otel.cli.main import main
+from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 
@@ -143,3 +145,23 @@ def test_push_all_drains_a_full_disk(
     [platform_run] = online.runs()
     assert platform_run.status == "COMPLETED"
     assert len(online.episodes(platform_run.id)) == 60
+
+
+def test_a_full_disk_drops_kept_bodies_of_delivered_episodes_first(
+    online: FakePlatform, small_disk: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pushed local run keeps its bodies for `export`; on a full disk the
+    platform's copy is enough, and their pages are what delivery reuses."""
+    run = pro.start_run(name="kept", environments=["gsm8k"], mode="local")
+    for record in synthetic_episodes(40, seed=6):
+        run.record_episode(record)
+    run.finish()
+    assert main(["push", run.id]) == 0, capsys.readouterr()
+    spool = Spool(resolve_settings().spool_path, max_bytes=SPOOL_CAP)
+    kept = len(list(spool.iter_episodes(run.id)))
+    assert kept == 40
+
+    _fill(small_disk)
+    spool.keep_room()
+
+    assert len(list(spool.iter_episodes(run.id))) < kept

@@ -27,7 +27,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ..._text import shown
-from .core import SpoolCore
+from .core import SpoolCore, SpoolFullError
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +136,38 @@ class SpoolSize(SpoolCore):
         reserve = self.reserve_bytes
         if free < reserve:
             self.release_reserve()
+            self.drop_kept_bodies(reserve)
         elif RETAKE_RESERVES * reserve <= free < TAKE_BELOW_RESERVES * reserve:
             self.take_reserve()  # once: it is there already, or it is made now
+
+    def drop_kept_bodies(self, wanted: int) -> int:
+        """On a full disk: drop the bodies of delivered episodes kept for the
+        local store (the platform has them), oldest first, up to ``wanted``
+        bytes, so that delivery reuses their pages instead of needing the
+        file to grow. Returns how many were dropped."""
+        try:
+            with self._transaction() as db:
+                rows = db.execute(
+                    "SELECT r.seq, e.size FROM records r JOIN episodes e ON e.seq = r.seq "
+                    "WHERE e.state = 'delivered' ORDER BY r.seq LIMIT 1000"
+                ).fetchall()
+                taken, freed = [], 0
+                for seq, size in rows:
+                    if freed >= wanted:
+                        break
+                    taken.append((seq,))
+                    freed += size
+                db.executemany("DELETE FROM records WHERE seq = ?", taken)
+        except SpoolFullError:
+            return 0  # not even that fits: delivery waits for room
+        if taken:
+            logger.warning(
+                "The disk holding the spool %s is full: dropped the kept bodies of %d delivered "
+                "episode(s) (the platform has them) so that delivery can go on",
+                shown(str(self.path)),
+                len(taken),
+            )
+        return len(taken)
 
     def release_reserve(self) -> bool:
         """Give the reserve's room to the spool's writes (the disk is full);
