@@ -12,7 +12,7 @@ One module per question:
   Traces uploads (exactly once); ``samples``: legacy sample requests (at most
   once); ``steps``: training step metrics and sample-table objects.
 - ``processes``: which processes feed a run, and the delivery lease.
-- ``size``: the size cap.
+- ``size``: the size cap, and the room kept on the spool's disk for delivery.
 
 Composition: :class:`Spool` is the core with one mixin per module above, each
 a subclass of :class:`~.core.SpoolCore`, so every module reaches the same
