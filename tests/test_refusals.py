@@ -94,3 +94,38 @@ def test_legacy_rows_split_on_413_and_stop_on_401(
     keys = [(row["episode_id"], row["sample_id"]) for row in rows]
     assert len(keys) == len(set(keys)), "no row twice"
     assert {row["episode_id"] for row in rows} == expected
+
+
+TEAM = "team-refusals"
+
+
+@pytest.mark.parametrize(
+    "path", [r"^/api/v1/rft/metrics$", r"^/api/v1/rft/samples/confirm$|/presign"]
+)
+def test_a_training_run_refused_on_set_up_keeps_its_metrics_and_step_tables(
+    online: FakePlatform, capsys: pytest.CaptureFixture[str], path: str
+) -> None:
+    pytest.importorskip("pyarrow")
+    online.allowed_teams = {TEAM}
+    online.service_not_enabled = True  # the legacy per-step table
+    online.fail_next(1, status=401, path=path)
+    run = pro.start_run(
+        name="train-refused", kind="train", model="base/policy", team_id=TEAM, finish_timeout=60
+    )
+    records = list(synthetic_episodes(4, seed=8))
+    for record in records:
+        work = {"type": "train", "step": 10}
+        record["run"] = {"type": "train", "id": run.id, "name": "rl", "work": work}
+        run.record_episode(record)
+    run.log_metrics({"loss": 0.5}, step=10)
+    result = run.finish()
+
+    assert result.stopped and not result.closed and result.failed == 0
+    assert "401" in (result.error or "")
+
+    assert main(["push", run.id]) == 0, capsys.readouterr()
+    [platform_run] = online.runs()
+    assert platform_run.status == "COMPLETED"
+    assert [row["step"] for row in online.training_metrics(platform_run.id)] == [10]
+    [table] = online.training_samples(platform_run.id)
+    assert table.step == 10
