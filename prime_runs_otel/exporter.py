@@ -31,7 +31,7 @@ from . import semconv
 from ._courtesy import ExportRunning
 from ._untraced import untraced
 from .config import Settings, cut_resource_attributes, env_flag, resolve_settings
-from .deliver.spool import RunRow, Spool, process_alive, this_producer
+from .deliver.spool import RunRow, Spool, SpoolError, process_alive, this_producer
 from .deliver.uploader import Uploader
 from .read.checks import run_identity
 from .read.episodes import CorruptEpisode, EpisodeArrival
@@ -121,6 +121,10 @@ class PrimeRunsSpanExporter(SpanExporter):
         self._is_shutdown = False
         self._owner_pid = os.getpid()
         self.unattributed = 0
+        #: Per run, episodes whose commit failed (the spool could not be
+        #: written: a full disk): lost, and counted here until the spool
+        #: takes the count onto the run's ``rejected``.
+        self._lost: dict[str, int] = {}
         #: The run key of episodes whose Resource names no run (zero-code
         #: without prime.run.id), once one has arrived.
         self.fallback_run: str | None = None
@@ -248,21 +252,57 @@ class PrimeRunsSpanExporter(SpanExporter):
                 grouped.batches, mode=self.settings.mode, owns_runs=self._ends_runs
             )
         except Exception as exc:  # FAILURE is the contract: export() never raises
+            lost = self._count_lost(grouped)
             logger.error(
                 "prime-runs-otel could not commit %d span(s) to the spool %s: %s. They are "
-                "lost; check disk space and permissions.",
+                "lost (%d episode(s), counted on their runs as rejected); check disk space "
+                "and permissions.",
                 span_count,
                 self._spool.path,
                 exc,
+                lost,
             )
             return SpanExportResult.FAILURE
+        self._settle_lost()
         with self._seen_lock:
             self._seen.update(batch.identity.local_id for batch in grouped.batches)
-        if self._uploader is not None:
+        # A forked child never delivers (the parent's uploader does), and the
+        # uploader's locks may have been held by a thread of the parent at
+        # the fork: touching them here could wait forever.
+        if self._uploader is not None and os.getpid() == self._owner_pid:
             if outcome.lines:
                 self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
         return SpanExportResult.FAILURE if outcome.rejected else SpanExportResult.SUCCESS
+
+    def _count_lost(self, grouped: Grouped) -> int:
+        lost = 0
+        with self._seen_lock:
+            for batch in grouped.batches:
+                local_id = batch.identity.local_id
+                self._seen.add(local_id)
+                if batch.episodes:
+                    self._lost[local_id] = self._lost.get(local_id, 0) + len(batch.episodes)
+                    lost += len(batch.episodes)
+        return lost
+
+    def _settle_lost(self) -> None:
+        """Write the count of lost episodes onto their runs, now that the
+        spool takes writes again."""
+        if not self._lost or self._spool is None:
+            return
+        with self._seen_lock:
+            lost, self._lost = self._lost, {}
+        for local_id, count in lost.items():
+            try:
+                self._spool.count_rejected(local_id, count)
+            except Exception:
+                with self._seen_lock:
+                    self._lost[local_id] = self._lost.get(local_id, 0) + count
+
+    def lost(self, local_id: str) -> int:
+        """Episodes of the run lost in this process and not yet counted in the spool."""
+        return self._lost.get(local_id, 0)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Wait for the runs this exporter has seen to be delivered.
@@ -326,7 +366,11 @@ class PrimeRunsSpanExporter(SpanExporter):
                 0,
             )
             self._report_unclaimed(final=True)
-        self._end_abandoned_runs()
+        self._settle_lost()
+        try:
+            self._end_abandoned_runs()
+        except SpoolError as exc:  # shutdown never raises; the next process ends them
+            logger.error("prime-runs-otel could not record the end of its runs: %s", exc)
         with self._seen_lock:
             seen = list(self._seen)
         if self._uploader is not None and self._uploader.running:
@@ -417,7 +461,7 @@ class PrimeRunsSpanExporter(SpanExporter):
                 return False
             if time.monotonic() >= deadline:
                 return False
-            if self._uploader is not None:
+            if self._uploader is not None and os.getpid() == self._owner_pid:
                 self._uploader.wake()
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.2)

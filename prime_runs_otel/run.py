@@ -377,6 +377,9 @@ class Run:
         # A process feeding a run somebody else owns (a worker of a training
         # run) never ends it: the owner does, or its absence is a crash.
         self._owns_lifecycle = owns_run
+        #: In a forked child of the process that started the run (see
+        #: _record_in_child).
+        self._forked = False
         self._warned_metrics = False
         self.result: RunResult | None = None
         atexit.register(self._on_exit)
@@ -454,16 +457,35 @@ class Run:
         waits for room instead of dropping the episode.
         """
         episode_id, payload = prepare_episode(episode)
+        item = (payload, episode_id, self.child_spans, otel_context.get_current())
         with self._lock:
             if self._finished:
                 raise RunFinishedError(
                     f"run {self.id} is finished; start a new run to record more episodes"
                 )
-            # Under the lock, so finish() cannot drain between the put and the
-            # count; counted once it is in (a put interrupted by Ctrl-C is not).
-            self._handoff.put((payload, episode_id, self.child_spans, otel_context.get_current()))
+            if self._forked:
+                self._record_in_child(item)
+            else:
+                # Under the lock, so finish() cannot drain between the put and
+                # the count; counted once it is in (a put interrupted by Ctrl-C
+                # is not).
+                self._handoff.put(item)
             self._recorded += 1
         return episode_id
+
+    def _record_in_child(self, item: _Handed) -> None:
+        """In a forked child: the episode is in the spool before
+        ``record_episode`` returns. A child may never get to ``finish()`` nor
+        to an exit handler: a ``multiprocessing`` pool worker leaves through
+        ``os._exit`` (or the pool's SIGTERM) once its tasks are done, and
+        whatever waited in its hand-off or span queue would be gone with it,
+        unseen by the parent. Committing each episode costs a transaction
+        of its own, and loses nothing a finished task recorded."""
+        try:
+            self._produce(item)
+        except BaseException as exc:
+            self._unencodable_episode(item, exc)
+        self._provider.force_flush()
 
     def _produce(self, item: _Handed) -> None:
         """On the producer thread: one episode's spans, in the order handed
@@ -549,9 +571,12 @@ class Run:
                     self.id,
                 )
             return None
-        return emit_metrics(
+        step = emit_metrics(
             self._tracer, values, step=step, link=self.start_link, metrics=self._signals.metrics
         )
+        if self._forked:  # committed now: see _record_in_child
+            self._provider.force_flush()
+        return step
 
     def finish(
         self,
@@ -659,12 +684,12 @@ class Run:
             # until somebody pushes it.
             pending=spool.pending_count(self.id) if run.mode == "online" else 0,
             uncertain=run.uncertain,
-            failed=run.failed + run.rejected,
+            failed=run.failed + run.rejected + self._exporter.lost(self.id),
             corrupt=run.corrupt,
             spool_path=str(spool.path),
             error=run.last_error,
             stopped=run.stopped,
-            rejected=run.rejected,
+            rejected=run.rejected + self._exporter.lost(self.id),
         )
 
     def __enter__(self) -> Run:
@@ -693,6 +718,7 @@ def _disown(reference: weakref.ref[Run]) -> None:
     run = reference()
     if run is not None:
         run._owns_lifecycle = False
+        run._forked = True
         run._lock = threading.Lock()
 
 

@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -397,9 +398,33 @@ def test_an_existing_empty_spool_is_said_to_be_empty(
 ) -> None:
     path = tmp_path / "spool.sqlite3"
     path.touch(mode=0o644)
+    hour_ago = time.time() - 3600
+    os.utime(path, (hour_ago, hour_ago))
     Spool(path, max_bytes=10**9)
     assert "is empty (0 bytes)" in caplog.text
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_spool_another_process_is_creating_is_not_said_to_be_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Several processes starting on a fresh folder at once: the first has
+    created the file and not yet written it (or holds what it wrote in the
+    write-ahead log) when the next one looks."""
+    creating = tmp_path / "creating" / "spool.sqlite3"
+    creating.parent.mkdir(mode=0o700)
+    creating.touch(mode=0o600)
+    logged = tmp_path / "logged" / "spool.sqlite3"
+    logged.parent.mkdir(mode=0o700)
+    logged.touch(mode=0o600)
+    hour_ago = time.time() - 3600
+    os.utime(logged, (hour_ago, hour_ago))
+    Path(f"{logged}-wal").write_bytes(b"\0" * 4096)
+
+    Spool(creating, max_bytes=10**9)
+    Spool(logged, max_bytes=10**9)
+
+    assert "is empty" not in caplog.text
 
 
 def _damaged_spool(tmp_path: Path) -> Path:

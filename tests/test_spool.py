@@ -61,7 +61,7 @@ def test_ingestion_is_idempotent_on_episode_id(spool: Spool) -> None:
 def test_size_cap_is_checked_per_episode_within_one_batch(tmp_path: Path) -> None:
     spool = Spool(tmp_path / "spool.sqlite3", max_bytes=BIG)
     episodes = _arrivals(40)
-    spool.max_bytes = spool.size_bytes() + sum(len(e.raw) for e in episodes[:10]) + 1
+    spool.max_bytes = spool.used_bytes() + sum(len(e.raw) for e in episodes[:10]) + 1
 
     outcome = spool.ingest([_batch(episodes)], mode="local")
 

@@ -161,6 +161,17 @@ def test_damaged_metrics_are_a_counted_loss(train: Pipeline) -> None:
     assert isinstance(meaning, CorruptMetrics) and meaning.step is None
 
 
+@pytest.mark.parametrize("step", [-1, -(2**63)])
+def test_a_metrics_span_with_a_negative_step_is_a_counted_loss(train: Pipeline, step: int) -> None:
+    """Steps count from 0 (prime-rl's, and what the platform keeps rows by):
+    a negative one from another producer is refused, not sent on."""
+    emit_metrics(train.tracer, {"loss": 0.5}, step=4)
+    [view] = train.views()
+    attributes = {**dict(view.attributes), sc.RUN_STEP: step}
+    meaning = read_span(replace(view, attributes=attributes))
+    assert isinstance(meaning, CorruptMetrics) and "0 or more" in meaning.reason
+
+
 def _train_record(step: int | None, work_type: str = "train") -> dict[str, Any]:
     record = synthetic_episode(0, seed=4)
     record["run"] = {"type": "train", "id": "local", "name": "rl"}

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from test_sampling import zero_code
 
 import prime_runs_otel as pro
-from prime_runs_otel.cli import main
+from prime_runs_otel.cli.main import main
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 

@@ -38,7 +38,7 @@ def _store(spool: Spool, run_id: str, *, mode: str, first: int = 0) -> None:
 def _deliver(spool: Spool, run_id: str) -> None:
     """What the uploader does once Prime Traces confirms an upload."""
     seqs = [row.seq for row in spool.pending_episodes(run_id, max_bytes=1 << 30)]
-    assert spool.begin_traces_upload(run_id, seqs, f"up-{run_id}", b"...", encoding="gzip")
+    spool.begin_traces_upload(run_id, seqs, f"up-{run_id}", b"...", encoding="gzip")
     spool.commit_traces_upload(run_id, f"up-{run_id}")
 
 
@@ -82,6 +82,23 @@ def test_at_the_cap_kept_bodies_make_room_before_an_episode_is_refused(tmp_path:
         for row in tight.episode_rows("delivered-run", EpisodeFilter(), limit=EPISODES)
     ]
     assert remaining == everything[EPISODES - kept :], "the oldest went first"
+
+
+def test_a_spool_at_its_cap_has_room_while_kept_bodies_can_make_it(tmp_path: Path) -> None:
+    """What serve asks before it takes a request (readiness, 503): at the cap
+    a spool whose delivered bodies are kept still takes episodes, as the
+    cap makes room with those; once none is kept it does not."""
+    path = tmp_path / "spool.sqlite3"
+    spool = Spool(path, max_bytes=1 << 30)
+    _store(spool, "delivered-run", mode="online")
+    spool.max_bytes = spool.used_bytes()
+    assert not spool.has_room(), "at the cap, with nothing delivered"
+    _deliver(spool, "delivered-run")
+    assert spool.has_room(), "at the cap, with delivered bodies to drop"
+    spool.drop_delivered_bodies("delivered-run")
+    spool.max_bytes = spool.used_bytes()
+    assert not spool.has_room(), "at the cap, with no body left to drop"
+    spool.close()
 
 
 def test_prune_bodies_drops_only_what_the_platform_has(

@@ -19,7 +19,7 @@ import httpx
 from .._json import loads as fast_loads
 from .._text import one_line
 from ..config import Settings, resolve_settings
-from ..deliver.spool import Spool, SpoolError
+from ..deliver.spool import RETAKE_RESERVES, Spool, SpoolError
 from ..errors import ConfigError
 from .output import human_bytes
 
@@ -79,9 +79,10 @@ def _spool(settings: Settings) -> Check:
         integrity = _integrity(path)
         damaged = _damaged_records(path) if integrity == "ok" else 0
         runs = spool.runs()
+        unreadable = spool.damaged_runs()
     except (SpoolError, sqlite3.Error) as exc:
         return Check("spool", FAIL, f"{path}: {exc}", "move the file aside; a new spool is created")
-    size = spool.size_bytes()
+    size = spool.used_bytes()
     open_runs = [run for run in runs if not run.settled]
     stuck = [run for run in runs if run.close_state == "gave_up" or run.create_state == "failed"]
     pending = sum(spool.pending_count(run.local_id) for run in runs if run.mode == "online")
@@ -92,6 +93,30 @@ def _spool(settings: Settings) -> Check:
     )
     if integrity != "ok":
         return Check("spool", FAIL, detail, "move the file aside; a new spool is created")
+    free = spool.disk_free()
+    reserve = spool.reserve_bytes
+    # Below the reserve, or living on it: delivery released it for its writes.
+    if free is not None and (
+        free < reserve or (free < 2 * reserve and not spool.reserve_path.exists())
+    ):
+        return Check(
+            "spool",
+            FAIL,
+            detail + f"; the disk holding it is full ({human_bytes(free)} free): new episodes "
+            "are refused (counted on their runs) while delivery drains what is stored",
+            f"free space on the disk of {folder}, or set PRIME_RUNS_OTEL_DIR to a larger disk",
+        )
+    if unreadable:
+        names = ", ".join(exc.local_id[:12] for exc in unreadable[:5])
+        return Check(
+            "spool",
+            WARN,
+            detail + f", but {len(unreadable)} run(s) cannot be read back ({names}): their rows "
+            "are damaged, and they are left out of delivery and of every listing",
+            "every other run is delivered as usual; remove a damaged run (its episodes go "
+            f"with it) with `prime-runs-otel rm --force {unreadable[0].local_id}`, or keep the "
+            "spool for inspection",
+        )
     if damaged:
         return Check(
             "spool",
@@ -116,6 +141,13 @@ def _spool(settings: Settings) -> Check:
             WARN,
             one_line(detail + f"; stuck: {names} ({stuck[0].last_error})"),
             "fix the cause, then `prime-runs-otel push RUN`",
+        )
+    if free is not None and free < RETAKE_RESERVES * reserve:
+        return Check(
+            "spool",
+            WARN,
+            detail + f"; the disk holding it is nearly full ({human_bytes(free)} free)",
+            f"free space on the disk of {folder}, or set PRIME_RUNS_OTEL_DIR to a larger disk",
         )
     if size >= 0.8 * settings.spool_max_bytes:
         return Check("spool", WARN, detail, "deliver pending runs or raise the cap")

@@ -144,7 +144,8 @@ class SpanIntake:
         self.commit_problem: str | None = None
 
     def has_room(self) -> bool:
-        return self.spool.size_bytes() < self.spool.max_bytes
+        """Under the spool's cap, and short of its disk's reserve."""
+        return self.spool.has_room()
 
     def accept(self, request: ExportTraceServiceRequest, *, forwarded: bool = False) -> Verdict:
         """Commit ``request``; ``forwarded``: another member of the fleet sent

@@ -50,7 +50,7 @@ FIGURES: dict[str, tuple[str, str]] = {
         "gauge",
         "age of the oldest episode still pending (0 when none is)",
     ),
-    "spool_bytes": ("gauge", "size of the spool file"),
+    "spool_bytes": ("gauge", "what the spool holds (its pages in use), against its cap"),
     "spool_max_bytes": ("gauge", "the spool's cap; at it, serve answers 503"),
 }
 

@@ -213,7 +213,7 @@ class Receiver:
         return render_metrics(
             self.intake.counters,
             self.spool.counts(),
-            spool_bytes=self.spool.size_bytes(),
+            spool_bytes=self.spool.used_bytes(),
             spool_max_bytes=self.spool.max_bytes,
         )
 

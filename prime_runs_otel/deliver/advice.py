@@ -24,6 +24,13 @@ def next_step(local_id: str, error: str | None) -> str:
             f"`prime-runs-otel push {local_id} --environment OWNER/NAME` "
             f"(or drop the run: `prime-runs-otel rm {local_id}`)"
         )
+    if "answered 404" in text or "answered 405" in text or "redirect" in text:
+        setting = "PRIME_TRACES_URL" if "prime traces" in text else "PRIME_API_BASE_URL"
+        return (
+            f"check {setting} (`prime-runs-otel doctor` tests it; unset it for the default), "
+            f"then {push}; if the run was deleted on the platform, drop it: "
+            f"`prime-runs-otel rm {local_id}`"
+        )
     if "403" in text:
         return (
             "the key has no access to this team or feature: check PRIME_TEAM_ID and the key's "

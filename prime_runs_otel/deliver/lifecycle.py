@@ -105,13 +105,13 @@ class StragglerWait:
 
     seconds: float = STRAGGLER_WAIT
     since: float = field(default_factory=time.time)
-    #: Whether an episode that arrived again counts as one the producer
-    #: recorded again. In process it does (nothing retries there: the
-    #: producer recorded the same episode twice, and counted it twice).
-    #: Behind a collector it does not: duplicates there are the collector's
-    #: retries, and counting them would close a run before episodes that are
-    #: still on their way.
-    count_duplicates: bool = True
+    #: Whether episodes come through a collector, which sends again what it
+    #: sent before (a retry: a duplicate) and what the spool refused (it was
+    #: answered "retry"): neither counts as arrived there, or the run would
+    #: close before episodes still on their way. In process nothing is sent
+    #: again: a duplicate is an episode the producer recorded twice (and
+    #: counted twice), and one refused at the spool arrived and is gone.
+    behind_collector: bool = False
 
     def missing(self, run: RunRow) -> int:
         """Episodes the end span counts that have not arrived. A damaged
@@ -119,8 +119,8 @@ class StragglerWait:
         if run.end_expected is None:
             return 0
         arrived = run.episodes + run.corrupt
-        if self.count_duplicates:
-            arrived += run.duplicates
+        if not self.behind_collector:
+            arrived += run.duplicates + run.rejected
         return max(0, run.end_expected - arrived)
 
     def ready_to_close(self, spool: Spool, run: RunRow) -> bool:

@@ -17,7 +17,9 @@ from .clients import PlatformClients
 from .lease import Lease
 from .lifecycle import reload
 from .lines import LineCache
+from .refusals import Narrowing
 from .sinks import (
+    MAX_BATCH_EPISODES,
     SAMPLES_BATCH_BYTES,
     TRACES_BATCH_BYTES,
     SamplesSink,
@@ -57,9 +59,11 @@ class EpisodeStream:
         self._lines = lines
         self._stopping = stopping
         self._more_pending = more_pending
-        self._traces = TracesSink(spool, clients, lease, lines, give_way)
-        self._samples = SamplesSink(spool, clients, lease)
-        self._step_tables = StepTablesSink(spool, clients)
+        #: Shared by the sinks: a run has one sink at a time.
+        self._narrowing = Narrowing(MAX_BATCH_EPISODES)
+        self._traces = TracesSink(spool, clients, lease, lines, give_way, self._narrowing)
+        self._samples = SamplesSink(spool, clients, lease, self._narrowing)
+        self._step_tables = StepTablesSink(spool, clients, self._narrowing)
         #: Which sink finishes an open upload, by the upload's kind.
         self._resumers: dict[str, Sink] = {
             "traces": self._traces,
@@ -90,7 +94,7 @@ class EpisodeStream:
     def _deliver_batch(self, run: RunRow) -> bool:
         """Send one request's worth; ``False`` when nothing is pending."""
         budget = TRACES_BATCH_BYTES if run.sink == "traces" else SAMPLES_BATCH_BYTES
-        limit = self._traces.episode_limit(run.local_id)
+        limit = self._narrowing.limit(run.local_id)
         episodes = self._spool.pending_episodes(run.local_id, max_bytes=budget, max_count=limit)
         if not episodes:
             return False

@@ -25,6 +25,7 @@ from .clients import PlatformClients
 from .lifecycle import StragglerWait, close_run, fail_create, mark_created, reload
 from .platform.http import PlatformError
 from .platform.rft import RftAPI, TrainingFields, external_run_payload
+from .refusals import about_content, refused_setup
 from .spool import RunRow, Spool
 from .stream import EpisodeStream
 
@@ -171,6 +172,8 @@ class TrainingLifecycle:
                 except PlatformError as exc:
                     if exc.retryable:
                         raise
+                    if not about_content(exc):
+                        raise refused_setup(exc, f"the metrics of step {row.step}") from exc
                     self._spool.end_metrics(run.local_id, row, "failed")
                     self._spool.update_run(run.local_id, last_error=f"metrics refused: {exc}")
                     logger.error(

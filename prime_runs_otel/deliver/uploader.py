@@ -20,8 +20,10 @@ run whose create answer was lost through the list endpoint.
 Failures that may succeed later (an outage, 429, 503) pause the run with
 backoff, honouring Retry-After, for as long as it takes: a run is never given
 up because the platform was away. Only a permanent refusal (an environment
-that does not exist, a credential without access) stops a run's delivery, and
-that is recorded on the run for ``prime-runs-otel show`` and ``push``.
+that does not exist, a credential without access, a wrong address) stops a
+run's delivery, with its episodes kept, and that is recorded on the run for
+``prime-runs-otel show`` and ``push`` (``refusals.py`` says which answer
+costs what).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .lease import Lease
 from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
 from .platform.http import PlatformError
+from .refusals import StopDelivery, stop_run
 from .spool import RunRow, Spool
 from .stream import EpisodeStream
 from .training_run import TrainingLifecycle
@@ -104,7 +107,7 @@ class Uploader:
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
-        stragglers = StragglerWait(straggler_wait, count_duplicates=not behind_collector)
+        stragglers = StragglerWait(straggler_wait, behind_collector=behind_collector)
         self._evals = EvalLifecycle(
             spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
         )
@@ -177,6 +180,8 @@ class Uploader:
             if not self._lease.acquire():
                 return
             try:
+                # Delivery needs room on the disk to free room on it (size.py).
+                self._spool.keep_room()
                 self._deliver_runs(only)
             finally:
                 # Here rather than in whichever commit crosses SQLite's threshold,
@@ -195,6 +200,14 @@ class Uploader:
                 self._advance(run)
             except Backoff as pause:
                 self._pauses.pause(run, pause)
+            except StopDelivery as stop:
+                if run.closed:
+                    # Over on the platform: stopping would reopen it. Its late
+                    # episodes wait, with backoff, for the cause to go away.
+                    self._pauses.pause(run, Backoff(PlatformError(stop.reason)))
+                    continue
+                self._pauses.clear(run.local_id)
+                stop_run(self._spool, run, stop.reason)
             except Exception as exc:
                 # Whatever one run's data does, the runs after it are still
                 # delivered: this run waits (with backoff) and is retried.

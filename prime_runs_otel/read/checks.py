@@ -266,6 +266,13 @@ def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
     step = whole_number(attributes.get(sc.RUN_STEP))
     if step is None:
         return CorruptMetrics(None, f"the metrics span has no whole-number {sc.RUN_STEP}")
+    if step < 0:
+        # Steps count from 0, as prime-rl's do and as the platform keeps one
+        # row per step: a negative one is nobody's step (log_metrics refuses it).
+        return CorruptMetrics(
+            None,
+            f"the metrics span's {sc.RUN_STEP} is {step}; a step is a whole number of 0 or more",
+        )
     try:
         raw = decode_blob(attributes, sc.RUN_METRICS_VALUES)
         values = json.loads(raw)

@@ -94,6 +94,11 @@ class Faults:
                     return fault
             return None
 
+    def clear(self) -> None:
+        """Forget every fault still to come."""
+        with self._lock:
+            self._faults.clear()
+
     @property
     def latency(self) -> float:
         with self._lock:

@@ -220,6 +220,10 @@ class FakePlatform:
         the work was done."""
         self._faults.add("ambiguous", count, 502, method, path, retry_after, None)
 
+    def clear_faults(self) -> None:
+        """Forget the injected faults no request has used up yet."""
+        self._faults.clear()
+
     def start_outage(self) -> None:
         """Close the listening socket and every open connection: clients get
         connection refused until :meth:`end_outage` reopens the same port."""

@@ -12,11 +12,12 @@ import sys
 from typing import Any
 
 from ..._json import loads as fast_loads
-from ...deliver.spool import RunRow, Spool
+from ..._text import one_line
+from ...deliver.spool import EpisodeRow, RunRow, Spool
 from ...deliver.summary import run_summary
 from ...read.projection import episode_sample_rows, traces_line
 from ..arguments import spool_option
-from ..exits import EXIT_OK
+from ..exits import EXIT_INCOMPLETE, EXIT_OK
 from ..output import Progress, stdout_gone
 from .export_otlp import export_otlp
 from .lookup import find, open_spool
@@ -48,18 +49,30 @@ def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
         return EXIT_OK
     progress = Progress(f"exporting {what}", run.episodes, sys.stderr)
     platform_id = run.platform_id or run.local_id
+    damaged: list[str] = []
     for episode in spool.iter_episodes(run.local_id):
-        record = fast_loads(episode.record)
-        if what == "episodes":
-            out.write(traces_line(record, platform_id, run.kind).decode())
-        else:
-            for row in episode_sample_rows(record, episode.rollout_number or 1):
-                out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+        try:
+            text = _projected(episode, platform_id, run.kind, what)
+        except Exception as exc:  # a stored record is outside input: it costs only itself
+            damaged.append(f"{episode.episode_id} ({type(exc).__name__}: {exc})")
+            progress.advance()
+            continue
+        out.write(text)
         if stdout_gone():
             break
         progress.advance()
     if sys.stderr.isatty():
         progress.close()
+    if damaged:
+        print(
+            one_line(
+                f"error: {len(damaged)} episode(s) were left out: their stored records are "
+                f"damaged and cannot be read ({'; '.join(damaged[:3])}"
+                + (", ..." if len(damaged) > 3 else "")
+                + "). Everything else was exported; `prime-runs-otel doctor` checks the spool"
+            ),
+            file=sys.stderr,
+        )
     missing = run.episodes - progress.done
     if missing > 0 and not stdout_gone():
         print(
@@ -68,7 +81,17 @@ def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
             "PRIME_RUNS_OTEL_KEEP_DELIVERED off, dropped by `prune --bodies` or at the size cap)",
             file=sys.stderr,
         )
-    return EXIT_OK
+    return EXIT_INCOMPLETE if damaged else EXIT_OK
+
+
+def _projected(episode: EpisodeRow, platform_id: str, kind: str, what: str) -> str:
+    """One stored episode as the platform would receive it: its episode line,
+    or its sample rows."""
+    record = fast_loads(episode.record)
+    if what == "episodes":
+        return traces_line(record, platform_id, kind).decode()
+    rows = episode_sample_rows(record, episode.rollout_number or 1)
+    return "".join(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n" for row in rows)
 
 
 def add_export_command(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -8,6 +8,9 @@ the command.
 
 from __future__ import annotations
 
+import sys
+
+from ..._text import one_line
 from ...config import Settings, resolve_settings
 from ...deliver.spool import RunRow, Spool
 from ...view.runs import runs_named
@@ -36,3 +39,12 @@ def find(spool: Spool, key: str) -> RunRow:
         f"no run {key!r} in {spool.path} (or the prefix is ambiguous); "
         "`prime-runs-otel runs` lists them"
     )
+
+
+def note_damaged(spool: Spool) -> int:
+    """Name, on stderr, every run whose row cannot be read back (left out of
+    what a command lists or does); returns how many there are."""
+    damaged = spool.damaged_runs()
+    for exc in damaged:
+        print(one_line(f"note: {exc}"), file=sys.stderr)
+    return len(damaged)

@@ -21,7 +21,7 @@ from ...view.runs import run_view
 from ..arguments import json_option, non_negative_float, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, color, print_json
-from .lookup import find, open_spool
+from .lookup import find, note_damaged, open_spool
 
 
 def why_unpushable(run: RunRow, environments: Sequence[str]) -> str | None:
@@ -60,6 +60,7 @@ def _pushable(row: RunRow) -> bool:
 def cmd_push(args: argparse.Namespace) -> int:
     _, spool = open_spool(args.spool_dir)
     targets = _push_targets(args, spool)
+    damaged = note_damaged(spool) if args.all else 0
     amend = bool(args.environment or args.model)
     if amend and len(targets) != 1:
         raise UsageError("--environment and --model amend one run: name exactly one RUN")
@@ -76,6 +77,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     if not targets:
         _report([], skipped, spool, as_json=args.json, note="nothing to push")
         return EXIT_OK
+    spool.keep_room()  # on a full disk, the spool's reserve is for delivering it
     for run in ready:
         if amend:
             identity = dataclasses.replace(
@@ -96,8 +98,10 @@ def cmd_push(args: argparse.Namespace) -> int:
     _deliver(spool, settings, ids, args.timeout)
     rows = [row for row in (spool.run(key) for key in ids) if row is not None]
     _report(rows, skipped, spool, as_json=args.json)
-    incomplete = bool(skipped) or any(
-        spool.pending_count(row.local_id) or row.failed or not row.closed for row in rows
+    incomplete = (
+        bool(skipped)
+        or bool(damaged)
+        or any(spool.pending_count(row.local_id) or row.failed or not row.closed for row in rows)
     )
     return EXIT_INCOMPLETE if incomplete else EXIT_OK
 

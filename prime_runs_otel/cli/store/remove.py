@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...deliver.spool import RunRow, Spool
+from ...deliver.spool import DamagedRunError, RunRow, Spool
 from ...view.runs import STATES, STATUSES, select_runs
 from ..arguments import json_option, parse_age, spool_option
 from ..exits import EXIT_OK, UsageError
@@ -25,7 +25,15 @@ def _live(run: RunRow) -> bool:
 
 def cmd_rm(args: argparse.Namespace) -> int:
     _, spool = open_spool(args.spool_dir)
-    runs = [find(spool, key) for key in args.runs]
+    runs: list[RunRow] = []
+    damaged: list[str] = []
+    for key in args.runs:
+        try:
+            runs.append(find(spool, key))
+        except DamagedRunError as exc:
+            if not args.force:  # nothing can tell whether it is still in use
+                raise
+            damaged.append(exc.local_id)
     live = [run for run in runs if _live(run)]
     if live and not args.force:
         ids = ", ".join(run.local_id[:12] for run in live)
@@ -37,6 +45,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
     for run in runs:
         episodes = spool.delete_run(run.local_id)
         removed.append({"id": run.local_id, "name": run.name, "episodes": episodes})
+    for local_id in damaged:
+        removed.append({"id": local_id, "name": None, "episodes": spool.delete_run(local_id)})
     if args.json:
         print_json({"removed": removed})
     else:

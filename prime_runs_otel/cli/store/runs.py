@@ -12,7 +12,7 @@ from ...view.runs import STATES, STATUSES, run_view, select_runs
 from ..arguments import json_option, parse_since, positive_int, spool_option
 from ..exits import EXIT_OK
 from ..output import print_json, stdout_gone
-from .lookup import open_spool
+from .lookup import note_damaged, open_spool
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -22,6 +22,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     )
     if args.limit:
         rows = rows[: args.limit]
+    note_damaged(spool)
     if args.json:
         print_json([run_view(spool, row) for row in rows])
         return EXIT_OK

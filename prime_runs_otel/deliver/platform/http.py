@@ -31,6 +31,10 @@ UPLOAD_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 #: platform answers it while refusing work; a gateway that forwarded and then
 #: failed answers 502 or 504.
 _REFUSED_STATUSES = frozenset({429, 503})
+#: "Not now" answers that prime-traces' mapping leaves as plain errors: the
+#: server gave up waiting for the request (408) or will not take it this early
+#: (425). Neither acted, and the same request may succeed later.
+_NOT_NOW_STATUSES = frozenset({408, 425})
 
 
 class PlatformError(Exception):
@@ -105,13 +109,23 @@ def classify_response(response: httpx.Response, what: str) -> PlatformError | No
         # Any other server error may be transient, and may have acted.
         server_side = status >= 500
         return PlatformError(
-            f"{what} answered {status}: {exc}",
+            f"{what} answered {status}: {exc}{_redirect_note(response)}",
             status=status,
             code=getattr(exc, "code", None),
-            retryable=server_side,
+            retryable=server_side or status in _NOT_NOW_STATUSES,
             ambiguous=server_side,
         )
     return None
+
+
+def _redirect_note(response: httpx.Response) -> str:
+    """Where a redirect points: requests here are never redirected (a POST
+    body would be lost or sent where nobody checked), so the address set is
+    what has to change."""
+    if not response.is_redirect:
+        return ""
+    location = response.headers.get("Location")
+    return f" (redirected to {location})" if location else " (a redirect)"
 
 
 class PlatformClient:

@@ -5,8 +5,11 @@ The table appends, and a request whose answer was lost may have been stored,
 so such a request is never sent again: its episodes are counted *uncertain*
 (a lost batch is one hole, duplicated rows would skew every average). The
 spool records each request before it is sent, so a process that dies
-mid-request leaves the same account for the next one. Used by accounts not
-on Prime Traces and by runs that opt out of it.
+mid-request leaves the same account for the next one. A request refused for
+its rows (400, 413, 422) stored nothing: one of several episodes is sent
+again in halves until the episode responsible is alone; a refusal about the
+set-up stops the run's delivery with its episodes kept (``refusals.py``).
+Used by accounts not on Prime Traces and by runs that opt out of it.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from ..backoff import Backoff
 from ..clients import PlatformClients
 from ..lease import Lease
 from ..platform.http import PlatformError
+from ..refusals import Narrowing, about_content, refused_setup
 from ..spool import EpisodeRow, RunRow, Spool, UploadRow
-from .base import fail_unsendable
+from .base import fail_unsendable, refused_late
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +43,13 @@ SAMPLES_BATCH_BYTES = 20 * 1024 * 1024
 class SamplesSink:
     """Sample rows to the evaluations API."""
 
-    def __init__(self, spool: Spool, clients: PlatformClients, lease: Lease) -> None:
+    def __init__(
+        self, spool: Spool, clients: PlatformClients, lease: Lease, narrowing: Narrowing
+    ) -> None:
         self._spool = spool
         self._clients = clients
         self._lease = lease
+        self._narrowing = narrowing
 
     def send(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
         """Rows grouped into requests, an episode's rows never split across
@@ -84,7 +91,8 @@ class SamplesSink:
         if empty:
             self._spool.deliver_without_request(empty)
         for seqs, rows in requests:
-            self._send(run, seqs, rows)
+            if not self._send(run, seqs, rows):
+                return  # narrowed: the rest goes in smaller requests
 
     def resume(self, run: RunRow, upload: UploadRow) -> None:
         """A request that was under way when delivery stopped is not sent
@@ -107,7 +115,9 @@ class SamplesSink:
             logger.error("Run %s: %s; counted as failed", run.local_id, reason)
             return None
 
-    def _send(self, run: RunRow, seqs: list[int], rows: list[dict[str, Any]]) -> None:
+    def _send(self, run: RunRow, seqs: list[int], rows: list[dict[str, Any]]) -> bool:
+        """One request; ``False`` when it was refused for its rows and the
+        rest of the batch must wait for smaller requests."""
         evals = self._clients.evals()
         assert run.platform_id is not None
         body = encode_samples_body(rows)
@@ -125,14 +135,30 @@ class SamplesSink:
                     exc,
                     count,
                 )
-                return
-            if exc.retryable:
-                self._spool.end_samples_request(run.local_id, upload_id, "pending")
-                raise Backoff(exc) from exc
+                return True
             self._spool.end_samples_request(run.local_id, upload_id, "pending")
+            if exc.retryable:
+                raise Backoff(exc) from exc
+            if run.closed and not about_content(exc):
+                refused_late(self._spool, run, seqs, exc)
+                return True
+            if not about_content(exc):
+                raise refused_setup(exc, "the sample table request") from exc
+            if len(seqs) > 1:
+                self._narrowing.refused(run.local_id, len(seqs))
+                logger.info(
+                    "Run %s: a sample request of %d episodes was refused (%s); retrying in "
+                    "halves to isolate the episode responsible",
+                    run.local_id,
+                    len(seqs),
+                    exc,
+                )
+                return False
             self._spool.fail_episodes(run.local_id, seqs, f"the sample table refused: {exc}")
             logger.error(
                 "Run %s: the sample table refused %d episode(s): %s", run.local_id, len(seqs), exc
             )
-            return
+            return True
         self._spool.end_samples_request(run.local_id, upload_id, "delivered")
+        self._narrowing.delivered(run.local_id)
+        return True

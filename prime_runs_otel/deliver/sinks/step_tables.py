@@ -20,7 +20,9 @@ from ...read.projection import STEP_TABLE_INTERVAL, ParquetUnavailableError, req
 from ...read.projection import step_table_parquet as _step_table_parquet
 from ..clients import PlatformClients
 from ..platform.http import PlatformError
+from ..refusals import Narrowing, about_content, refused_setup
 from ..spool import EpisodeRow, RunRow, Spool, StepUpload, UploadRow
+from .base import narrow
 
 __all__ = ["SAMPLE_ID_STRIDE", "StepTablesSink"]
 
@@ -35,11 +37,14 @@ SAMPLE_ID_STRIDE = 1 << 32
 class StepTablesSink:
     """Step tables to the RFT API. Failures that may pass are raised as the
     :class:`~..platform.http.PlatformError` they are, for the training run's
-    delivery to pause on; the rest fail the object's episodes."""
+    delivery to pause on; a refusal of an object's content narrows it down to
+    the episode responsible, which alone fails; a refusal about the set-up
+    stops the run's delivery with the object kept (``refusals.py``)."""
 
-    def __init__(self, spool: Spool, clients: PlatformClients) -> None:
+    def __init__(self, spool: Spool, clients: PlatformClients, narrowing: Narrowing) -> None:
         self._spool = spool
         self._clients = clients
+        self._narrowing = narrowing
 
     def send(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
         """One object per step of every 10th; the other steps' episodes are
@@ -133,7 +138,14 @@ class StepTablesSink:
         except PlatformError as exc:
             if exc.retryable:
                 raise
+            if not about_content(exc):
+                # Kept as it is: `push` resumes it where it stopped.
+                raise refused_setup(exc, f"the step {upload.step} sample table") from exc
             seqs = self._spool.upload_episode_seqs(upload_id)
+            if len(seqs) > 1:
+                what = f"the step {upload.step} sample table"
+                narrow(self._spool, self._narrowing, run, upload_id, exc, what)
+                return
             reason = f"the step {upload.step} sample table was refused: {exc}"
             self._spool.fail_episodes(run.local_id, seqs, reason)
             logger.error(
@@ -141,6 +153,7 @@ class StepTablesSink:
             )
             return
         self._spool.commit_step_upload(upload_id)
+        self._narrowing.delivered(run.local_id)
 
     def _place(self, run: RunRow, upload: StepUpload) -> tuple[str, str]:
         assert run.platform_id is not None

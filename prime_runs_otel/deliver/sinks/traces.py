@@ -5,10 +5,12 @@ An upload's bytes are stored in the spool, keyed by their digest, before the
 first attempt; a retry, in this process or the next, sends the same bytes
 again, and the service answers a replay from its receipt instead of storing
 twice. An upload is all or nothing, so one bad episode refuses all the
-others with it: a refused upload is sent again in halves until the episode
-responsible is alone, and only that one fails. An account that is not on
-Prime Traces is told by its first upload, and the run goes to the legacy
-sample table instead (:mod:`.samples`).
+others with it: an upload refused for its content is sent again in halves
+until the episode responsible is alone, and only that one fails. A refusal
+about the set-up (a key, an address) fails no episode: the run's delivery
+stops with them kept (``refusals.py``). An account that is not on Prime
+Traces is told by its first upload, and the run goes to the legacy sample
+table instead (:mod:`.samples`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from ..lease import Lease
 from ..lines import LineCache
 from ..platform.http import PlatformError
 from ..platform.traces import SERVICE_NOT_ENABLED, compress_lines, upload_key
+from ..refusals import Narrowing, StopDelivery, about_content, refused_setup
 from ..spool import EpisodeRow, RunRow, Spool, UploadRow
-from .base import fail_unsendable
+from .base import fail_unsendable, narrow, refused_late
 
 logger = logging.getLogger(__name__)
 
@@ -51,19 +54,19 @@ class TracesSink:
         lease: Lease,
         lines: LineCache,
         give_way: Callable[[], None],
+        narrowing: Narrowing,
     ) -> None:
         self._spool = spool
         self._clients = clients
         self._lease = lease
         self._lines = lines
         self._give_way = give_way
-        #: Per run, the most episodes one upload may hold while a refused
-        #: upload is being narrowed down to the episode that caused it.
-        self._batch_limit: dict[str, int] = {}
-
-    def episode_limit(self, run_id: str) -> int:
-        """The most episodes the run's next request may carry."""
-        return self._batch_limit.get(run_id, MAX_BATCH_EPISODES)
+        self._narrowing = narrowing
+        #: Uploads begun in this process none of whose attempts may have
+        #: acted: only these may be split. One that may be stored already (an
+        #: ambiguous failure, or left open by an earlier process) is only ever
+        #: sent again whole, or the service could store its episodes twice.
+        self._unsent: set[str] = set()
 
     def send(self, run: RunRow, episodes: Sequence[EpisodeRow]) -> None:
         assert run.platform_id is not None
@@ -97,6 +100,7 @@ class TracesSink:
         upload_id = upload_key(body)
         compressed = compress_lines(body)
         self._spool.begin_traces_upload(run.local_id, seqs, upload_id, compressed, encoding="gzip")
+        self._unsent.add(upload_id)
         self._send(run, upload_id, compressed)
 
     def resume(self, run: RunRow, upload: UploadRow) -> None:
@@ -122,35 +126,47 @@ class TracesSink:
                 self._spool.abandon_traces_uploads(run.local_id, sink="samples")
                 self._lines.clear()
                 return
+            if exc.ambiguous:
+                self._unsent.discard(upload_id)
             if exc.retryable:
                 raise Backoff(exc) from exc
-            seqs = self._spool.upload_episode_seqs(upload_id)
-            if exc.status == 400 and len(seqs) > 1:
-                # One bad episode refuses the whole upload (all or nothing, so
-                # nothing of it is stored): halve until the bad one is alone.
-                self._batch_limit[run.local_id] = len(seqs) // 2
-                self._spool.release_traces_upload(upload_id)
-                logger.info(
-                    "Run %s: an upload of %d episodes was refused (%s); retrying in halves "
-                    "to isolate the episode responsible",
-                    run.local_id,
-                    len(seqs),
-                    exc,
-                )
-                return
-            self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
-            logger.error(
-                "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
-                "failed and kept in the spool",
-                run.local_id,
-                len(seqs),
-                exc,
-            )
+            self._refused(run, upload_id, exc)
             return
+        self._unsent.discard(upload_id)
         self._spool.commit_traces_upload(run.local_id, upload_id)
-        limit = self._batch_limit.pop(run.local_id, None)
-        if limit is not None and limit * 2 < MAX_BATCH_EPISODES:
-            self._batch_limit[run.local_id] = limit * 2
+        self._narrowing.delivered(run.local_id)
+
+    def _refused(self, run: RunRow, upload_id: str, exc: PlatformError) -> None:
+        """An upload refused for good. Its episodes fail only when the answer
+        is about them, and it is split or given up only when no attempt of
+        it may have been stored; otherwise it stays as it is, for ``push``
+        to send again whole (the service replays a stored one's receipt)."""
+        seqs = self._spool.upload_episode_seqs(upload_id)
+        if run.closed and not about_content(exc):
+            self._unsent.discard(upload_id)
+            refused_late(self._spool, run, seqs, exc)
+            return
+        if not about_content(exc):
+            raise refused_setup(exc, "the Prime Traces upload")
+        if upload_id not in self._unsent:
+            raise StopDelivery(
+                f"the Prime Traces upload of {len(seqs)} episode(s) was refused ({exc}) after "
+                "an earlier attempt of it may have been stored; it is kept whole rather than "
+                "split or failed (either could store its episodes twice, or lose them)"
+            )
+        self._unsent.discard(upload_id)
+        if len(seqs) > 1:
+            # One bad episode refuses the whole upload: halve until it is alone.
+            narrow(self._spool, self._narrowing, run, upload_id, exc, "an upload")
+            return
+        self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
+        logger.error(
+            "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
+            "failed and kept in the spool",
+            run.local_id,
+            len(seqs),
+            exc,
+        )
 
     @staticmethod
     def _context(run: RunRow) -> dict[str, str]:

@@ -12,8 +12,9 @@ One module per question:
   Traces uploads (exactly once); ``samples``: legacy sample requests (at most
   once); ``steps``: training step metrics and sample-table objects.
 - ``processes``: which processes feed a run, and the delivery lease.
-- ``size``: the size cap; ``tallies``: counts over the whole spool, for
-  watching it (``serve``'s /metrics).
+- ``size``: the size cap, and the room kept on the spool's disk for
+  delivery; ``tallies``: counts over the whole spool, for watching it
+  (``serve``'s /metrics).
 - ``views``: what the local viewer and ``show`` read of a run (its episodes'
   facts, distributions, errors, series, per-example rewards), kept up to
   date by ``ingest``; ``rows``: the multi-row statements both use.
@@ -32,7 +33,7 @@ connection, so each module can be read alone.
 
 from __future__ import annotations
 
-from .core import AUTOCHECKPOINT_PAGES, SpoolError
+from .core import AUTOCHECKPOINT_PAGES, SpoolError, SpoolFullError
 from .episodes import EpisodeRow, SpoolEpisodes
 from .ingest import IngestOutcome, SpoolIngest
 from .processes import (
@@ -42,10 +43,10 @@ from .processes import (
     process_start_token,
     this_producer,
 )
-from .runs import RunRow, SpoolRuns
+from .runs import DamagedRunError, RunRow, SpoolRuns
 from .samples import SpoolSamples
 from .schema import SCHEMA_VERSION
-from .size import WARN_FRACTION
+from .size import RETAKE_RESERVES, WARN_FRACTION
 from .steps import MetricsRow, SpoolSteps, StepUpload
 from .tallies import SpoolCounts, SpoolTallies
 from .traces import SpoolTraces
@@ -66,10 +67,12 @@ __all__ = [
     "AUTOCHECKPOINT_PAGES",
     "EPISODE_AXES",
     "HISTOGRAMS",
+    "RETAKE_RESERVES",
     "SCHEMA_VERSION",
     "SORTS",
     "STEP_AXIS",
     "WARN_FRACTION",
+    "DamagedRunError",
     "EpisodeFactsRow",
     "EpisodeFilter",
     "EpisodeRow",
@@ -81,6 +84,7 @@ __all__ = [
     "Spool",
     "SpoolCounts",
     "SpoolError",
+    "SpoolFullError",
     "StepUpload",
     "UploadRow",
     "lease_owner",

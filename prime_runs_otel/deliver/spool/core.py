@@ -65,7 +65,9 @@ class _ForkGate:
     def __enter__(self) -> None:
         me = threading.get_ident()
         with self._state:
-            while self._closed_by is not None and self._closed_by != me:
+            # A thread inside already goes deeper: the fork waits for it to
+            # leave anyway, and holding it here would wait for the fork.
+            while self._closed_by is not None and self._closed_by != me and me not in self._inside:
                 self._state.wait()
             self._inside[me] = self._inside.get(me, 0) + 1
 
@@ -144,6 +146,10 @@ class SpoolError(PrimeRunsOtelError):
     """The spool cannot be opened or written (permissions, disk, corruption)."""
 
 
+class SpoolFullError(SpoolError):
+    """A write refused because the spool's disk is full (see ``size.py``)."""
+
+
 class SpoolCore:
     """Connections, transactions and the schema of one spool file.
 
@@ -162,6 +168,7 @@ class SpoolCore:
         self.keep_delivered = keep_delivered
         self._local = threading.local()
         self._warned_full = False  # see size.py
+        self._reported_damaged: set[str] = set()  # see runs.py
         try:
             # Private when created here: records hold prompts and completions.
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -243,15 +250,38 @@ class SpoolCore:
                     db.execute("ROLLBACK")
                 if _is_damage(exc):
                     raise self.damaged(str(exc)) from exc
+                if _is_full(exc):
+                    raise self.full() from exc
                 raise
             else:
-                db.execute("COMMIT")
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    if _is_full(exc):
+                        raise self.full() from exc
+                    raise
 
     def checkpoint(self) -> None:
         """Copy committed pages from the write-ahead log into the database
-        without waiting for anyone (PASSIVE: writers carry on meanwhile)."""
+        without waiting for anyone (PASSIVE: writers carry on meanwhile).
+        Best effort: on a full disk it waits for the next one."""
         with _GATE:
-            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            try:
+                self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.OperationalError as exc:
+                if not _is_full(exc):
+                    raise
+                logger.debug("checkpointing the spool %s waits for room: %s", self.path, exc)
+
+    def full(self) -> SpoolFullError:
+        """The error for a write refused because the spool's disk is full."""
+        return SpoolFullError(
+            f"the disk holding the spool {str(self.path)!r} is full. Free space on it, or "
+            "move PRIME_RUNS_OTEL_DIR to a larger disk; nothing stored is lost, and delivery "
+            "frees room as it goes"
+        )
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of one read, fetched whole so no statement stays open."""
@@ -307,6 +337,18 @@ def _is_damage(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and "Could not decode" in str(exc)
 
 
+#: SQLite's result code for a full disk (or a file at its page limit).
+_SQLITE_FULL = 13
+
+
+def _is_full(exc: BaseException) -> bool:
+    """Whether a SQLite error means the disk (or the file's page limit) is full."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == _SQLITE_FULL or "database or disk is full" in str(exc)
+
+
 def _warn_if_shared(folder: Path) -> None:
     """Say so when other users of this machine can read the spool's folder:
     the records in it hold prompts and completions."""
@@ -344,7 +386,7 @@ def _create_private(path: Path) -> None:
         status = path.stat()
     except OSError:
         return
-    if status.st_size == 0:
+    if _truncated(path, status):
         logger.warning(
             "The spool %s is empty (0 bytes); starting a new one in it. If it held runs, it "
             "was truncated on disk and they are gone: restore it from a backup to get them "
@@ -355,6 +397,25 @@ def _create_private(path: Path) -> None:
         for member in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
             with contextlib.suppress(OSError):
                 member.chmod(0o600)
+
+
+#: An empty spool file younger than this is another process creating it.
+_CREATING_SECONDS = 30.0
+
+
+def _truncated(path: Path, status: os.stat_result) -> bool:
+    """Whether an existing spool file looks cut to nothing on disk: empty,
+    with nothing in its write-ahead log either, and not just created by
+    another process starting at the same moment (which has not written its
+    first page yet, or holds it in the log)."""
+    if status.st_size:
+        return False
+    try:
+        if os.path.getsize(f"{path}-wal"):
+            return False
+    except OSError:
+        pass
+    return time.time() - status.st_mtime > _CREATING_SECONDS
 
 
 def _enable_wal(db: sqlite3.Connection, timeout: float = 60.0) -> None:

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from ...read.episodes import EpisodeArrival
 from ...read.projection import LineTemplate, SummaryAccumulator
 from ...read.records import RunBatch
+from .core import SpoolFullError
 from .processes import register_producer as register_producer_row
 from .rows import aggregate, insert_rows
 from .runs import ensure_run
-from .size import SpoolSize
+from .size import STOPPED_HELD_SQL, STOPPED_SHARE, SpoolSize
 from .steps import insert_metrics
 from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
 
@@ -60,9 +61,10 @@ class SpoolIngest(SpoolSize):
 
         Idempotent: an episode already in the spool for its run is counted as
         a duplicate and changes nothing, so collector retries and replays are
-        stored once. At the size cap new episodes are refused and counted on
-        their run; run events are always accepted (they are tiny, and losing
-        a run's end would leave it open).
+        stored once. At the size cap, and short of the disk's reserve, new
+        episodes are refused and counted on their run; run events are always
+        accepted (they are tiny, and losing a run's end would leave it open):
+        on a full disk the reserve is released for them (``size.py``).
 
         ``check_owner`` (``serve``, whose senders are anyone holding its
         token): a run is owned by the producer of its first owning start, or
@@ -70,14 +72,36 @@ class SpoolIngest(SpoolSize):
         producer is refused (``IngestOutcome.foreign_ends``), the run left
         open for its owner. In process every sender is this process's own.
         """
-        # The cap is checked per episode against the bytes in use plus what
-        # this batch adds, since one export batch can carry thousands of episodes.
+        try:
+            return self._ingest(batches, mode, register_producer, owns_runs, check_owner)
+        except SpoolFullError:
+            if not self.release_reserve():
+                raise
+            return self._ingest(batches, mode, register_producer, owns_runs, check_owner)
+
+    def _ingest(
+        self,
+        batches: Sequence[RunBatch],
+        mode: str,
+        register_producer: bool,
+        owns_runs: bool,
+        check_owner: bool,
+    ) -> IngestOutcome:
+        # The cap and the disk are checked per episode against the bytes in
+        # use plus what this batch adds, since one export batch can carry
+        # thousands of episodes.
         size = self.used_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
         foreign: list[tuple[str, str]] = []
         with self._transaction() as db:
+            room = _Room(
+                size,
+                db.execute(STOPPED_HELD_SQL).fetchone()[0],
+                self.max_bytes,
+                self.disk_left_for_episodes(),
+            )
             for batch in batches:
                 local_id = batch.identity.local_id
                 summary = ensure_run(
@@ -92,8 +116,8 @@ class SpoolIngest(SpoolSize):
                     )
                     if check_owner and batch.start.owner:
                         _claim(db, local_id, batch.start.producer)
-                added, refused, size = self._insert_episodes(
-                    db, local_id, batch.episodes, summary, size, lines
+                added, refused = self._insert_episodes(
+                    db, local_id, batch.episodes, summary, room, lines
                 )
                 stored += added
                 rejected += refused
@@ -139,8 +163,10 @@ class SpoolIngest(SpoolSize):
                             local_id,
                         ),
                     )
-        self._warn_near_cap(size)
-        self._report_refused(rejected)
+        self._warn_near_cap(room.size)
+        self._report_refused(rejected - room.disk_refused - room.stopped_refused)
+        self._report_refused(room.disk_refused, disk_full=True)
+        self._report_refused(room.stopped_refused, stopped=True)
         return IngestOutcome(stored, duplicates, corrupt, rejected, tuple(lines), tuple(foreign))
 
     def _insert_episodes(
@@ -149,11 +175,11 @@ class SpoolIngest(SpoolSize):
         run_id: str,
         episodes: Sequence[EpisodeArrival],
         summary: SummaryAccumulator,
-        size: int,
+        room: _Room,
         lines: list[tuple[int, LineTemplate]],
-    ) -> tuple[int, int, int]:
-        """Store the new episodes of one run from one batch; returns how many
-        were added and refused, and the spool's size after them. The line
+    ) -> tuple[int, int]:
+        """Store the new episodes of one run from one batch, as far as
+        ``room`` goes; returns how many were added and refused. The line
         templates of those stored go to ``lines`` under their ``seq``.
 
         A fixed handful of statements whatever the batch size, rather than a
@@ -173,20 +199,24 @@ class SpoolIngest(SpoolSize):
             known.update(stored)
         fresh: list[EpisodeArrival] = []
         refused = 0
-        incoming = sum(len(e.raw) for e in episodes if e.episode_id not in known)
-        if size + incoming > self.max_bytes:
-            size = self._make_room(db, size, size + incoming - self.max_bytes)
+        stopped = bool(episodes) and _stopped(db, run_id)
+        if not stopped:
+            # Kept bodies of delivered episodes go before a new episode is
+            # refused at the cap (a stopped run's share is not theirs to free).
+            incoming = sum(len(e.raw) for e in episodes if e.episode_id not in known)
+            over = room.over_cap(incoming)
+            if over > 0:
+                room.freed(self._make_room(db, over))
         for episode in episodes:
             if episode.episode_id in known:
                 continue
-            if size + len(episode.raw) > self.max_bytes:
+            if not room.take(len(episode.raw), stopped=stopped):
                 refused += 1
                 continue
             known.add(episode.episode_id)
             fresh.append(episode)
-            size += len(episode.raw)
         if not fresh:
-            return 0, refused, size
+            return 0, refused
         numbers = self._number_rollouts(db, run_id, fresh)
         now = time.time()
         insert_rows(
@@ -218,7 +248,7 @@ class SpoolIngest(SpoolSize):
         for episode in fresh:
             summary.add_digest(episode.digest)
         _add_to_views(db, run_id, fresh, seqs)
-        return len(fresh), refused, size
+        return len(fresh), refused
 
     @staticmethod
     def _number_rollouts(
@@ -256,6 +286,58 @@ def _claim(db: sqlite3.Connection, run_id: str, producer: str | None) -> None:
         "UPDATE runs SET owner_id = ? WHERE local_id = ? AND owner_id IS NULL",
         (producer or "", run_id),
     )
+
+
+def _stopped(db: sqlite3.Connection, local_id: str) -> bool:
+    """Whether the run's delivery stopped (``RunRow.stopped``)."""
+    row = db.execute(
+        "SELECT create_state = 'failed' OR close_state = 'gave_up' FROM runs WHERE local_id = ?",
+        (local_id,),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+@dataclass
+class _Room:
+    """What one ingest may still add. Runs still delivering share the cap
+    (``size`` less what stopped runs hold); runs whose delivery stopped
+    share ``STOPPED_SHARE`` of it among themselves, and never take the
+    others' room; nobody takes the disk's reserve (``disk_left``; ``None``
+    when the disk cannot be asked). A byte costs the disk twice until the
+    next checkpoint (the write-ahead log, then the file)."""
+
+    size: int
+    stopped_held: int
+    cap: int
+    disk_left: int | None
+    disk_refused: int = 0
+    stopped_refused: int = 0
+
+    def over_cap(self, incoming: int) -> int:
+        """By how much ``incoming`` bytes of a run still delivering would
+        pass the cap (0 or less: they fit)."""
+        return self.size - self.stopped_held + incoming - self.cap
+
+    def freed(self, length: int) -> None:
+        """``length`` bytes were given back (kept bodies dropped at the cap)."""
+        self.size = max(self.stopped_held, self.size - length)
+
+    def take(self, length: int, *, stopped: bool) -> bool:
+        if stopped:
+            if self.stopped_held + length > self.cap * STOPPED_SHARE:
+                self.stopped_refused += 1
+                return False
+        elif self.size - self.stopped_held + length > self.cap:
+            return False
+        if self.disk_left is not None:
+            if self.disk_left < 2 * length:
+                self.disk_refused += 1
+                return False
+            self.disk_left -= 2 * length
+        self.size += length
+        if stopped:
+            self.stopped_held += length
+        return True
 
 
 def _owned_by(db: sqlite3.Connection, run_id: str, producer: str | None) -> bool:

@@ -6,14 +6,34 @@ and loss counters."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ..._text import shown
 from ...read.projection import SummaryAccumulator
 from ...read.records import RunIdentity
-from .core import SpoolCore
+from .core import SpoolCore, SpoolError
+
+logger = logging.getLogger(__name__)
+
+
+class DamagedRunError(SpoolError):
+    """One run's row cannot be read back (damaged on disk, or written by
+    hand). It costs only that run: every listing and every delivery pass
+    leaves it out and names it, and the other runs go on."""
+
+    def __init__(self, path: Path, local_id: str, detail: str) -> None:
+        super().__init__(
+            f"run {shown(local_id)} in the spool {str(path)!r} cannot be read back "
+            f"({shown(detail)}): its row is damaged. Every other run is unaffected. Keep the "
+            f"spool for inspection, or remove the run (its episodes go with it): "
+            f"`prime-runs-otel rm --force {shown(local_id)}`"
+        )
+        self.local_id = local_id
 
 
 @dataclass(frozen=True)
@@ -130,9 +150,22 @@ class SpoolRuns(SpoolCore):
             values[5] = json.loads(values[5]) if values[5] else None
             values[18] = json.loads(values[18])
             values[27] = json.loads(values[27]) if values[27] else None
-        except (ValueError, TypeError, RecursionError) as exc:
-            raise self.damaged(f"run {values[0]!r} cannot be read back ({exc})") from None
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            raise DamagedRunError(self.path, str(values[0]), str(exc)) from None
         return RunRow(*values)
+
+    def _readable_runs(self, rows: list[Any]) -> list[RunRow]:
+        """The runs of ``rows`` that can be read; a damaged one is left out,
+        and said so once per process."""
+        runs = []
+        for row in rows:
+            try:
+                runs.append(self._run_from_row(row))
+            except DamagedRunError as exc:
+                if exc.local_id not in self._reported_damaged:
+                    self._reported_damaged.add(exc.local_id)
+                    logger.error("%s", exc)
+        return runs
 
     def run(self, local_id: str) -> RunRow | None:
         rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE local_id = ?", (local_id,))
@@ -153,8 +186,19 @@ class SpoolRuns(SpoolCore):
         return self._run_from_row(rows[0]) if len(rows) == 1 else None
 
     def runs(self) -> list[RunRow]:
+        """Every readable run, newest first (see :meth:`damaged_runs`)."""
         rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC")
-        return [self._run_from_row(row) for row in rows]
+        return self._readable_runs(rows)
+
+    def damaged_runs(self) -> list[DamagedRunError]:
+        """The runs whose rows cannot be read back, each with what to do."""
+        damaged = []
+        for row in self._query(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC"):
+            try:
+                self._run_from_row(row)
+            except DamagedRunError as exc:
+                damaged.append(exc)
+        return damaged
 
     def runs_changed_since(self, when: float) -> list[RunRow]:
         """Runs created or updated at ``when`` (epoch seconds) or later:
@@ -164,12 +208,14 @@ class SpoolRuns(SpoolCore):
             f"SELECT {self._RUN_COLUMNS} FROM runs WHERE updated_at >= ? ORDER BY created_at",
             (when,),
         )
-        return [self._run_from_row(row) for row in rows]
+        return self._readable_runs(rows)
 
     def runs_to_deliver_or_close(self) -> list[RunRow]:
         """Runs not yet closed: online ones to deliver, local ones to close
         when their producer ends (or dies); and closed online runs that late
-        episodes (arrived after the close) are still pending for."""
+        episodes (arrived after the close) are still pending for. A damaged
+        one is left out: it cannot be delivered, and must not hold up the
+        others."""
         rows = self._query(
             f"SELECT {self._RUN_COLUMNS} FROM runs "
             "WHERE close_state NOT IN ('closed', 'gave_up') "
@@ -177,7 +223,7 @@ class SpoolRuns(SpoolCore):
             "SELECT 1 FROM episodes e WHERE e.run_id = runs.local_id AND e.state = 'pending')) "
             "ORDER BY created_at"
         )
-        return [self._run_from_row(row) for row in rows]
+        return self._readable_runs(rows)
 
     def update_run(self, local_id: str, **values: Any) -> None:
         """Set run columns; the column names come from this package, never input."""
@@ -203,6 +249,14 @@ class SpoolRuns(SpoolCore):
                 "WHERE e.run_id = runs.local_id AND e.state = 'pending') ELSE 0 END "
                 "WHERE local_id = ?",
                 (now, now, local_id),
+            )
+
+    def count_rejected(self, local_id: str, count: int) -> None:
+        """Episodes of the run that could not be stored (the spool's disk was
+        full even for them), counted as refused at the spool."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET rejected = rejected + ? WHERE local_id = ?", (count, local_id)
             )
 
     def claim_create(self, local_id: str) -> bool:

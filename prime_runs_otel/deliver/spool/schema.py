@@ -48,6 +48,9 @@ CREATE TABLE IF NOT EXISTS runs (
     last_error TEXT,
     last_seen REAL NOT NULL
 );
+-- Runs whose delivery stopped: every ingest asks what they hold (size.py).
+CREATE INDEX IF NOT EXISTS runs_stopped ON runs (local_id)
+    WHERE create_state = 'failed' OR close_state = 'gave_up';
 CREATE TABLE IF NOT EXISTS episodes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL,
@@ -313,8 +316,10 @@ def migrate(db: sqlite3.Connection, version: int) -> None:
             "SELECT seq, record FROM episodes WHERE record IS NOT NULL"
         )
         db.execute("UPDATE episodes SET record = NULL WHERE record IS NOT NULL")
+    # Written only when it changes: opening a spool on a full disk must not
+    # need room (``size.py``).
     db.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-        "ON CONFLICT DO UPDATE SET value = excluded.value",
+        "ON CONFLICT DO UPDATE SET value = excluded.value WHERE value != excluded.value",
         (str(SCHEMA_VERSION),),
     )

@@ -1,31 +1,98 @@
-"""The spool's size cap: how big the file is, and saying so before and
-when the cap refuses episodes (the refusals themselves are counted where
-episodes are stored, in ``ingest``).
+"""The spool's size: its cap, and the room left on its disk.
+
+Two limits refuse new episodes (counted on their run, in ``ingest``): the
+cap (``PRIME_RUNS_OTEL_SPOOL_MAX_BYTES``) on what the spool holds
+(:meth:`SpoolSize.used_bytes`, its pages in use), and the disk's last
+:meth:`SpoolSize.reserve_bytes`, which producers never take.
 
 Bodies of delivered episodes kept for the local store
-(``PRIME_RUNS_OTEL_KEEP_DELIVERED``) are the first to go at the cap: the
-platform has them, so the oldest of them make room before a new episode,
-whose only copy would be lost, is refused.
+(``PRIME_RUNS_OTEL_KEEP_DELIVERED``) are the first to go at either limit:
+the platform has them, so the oldest of them make room before a new episode,
+whose only copy would be lost, is refused (:meth:`SpoolSize._make_room`),
+and on a full disk before delivery would have to grow the file
+(:meth:`SpoolSize.drop_kept_bodies`).
+
+Why the disk matters to delivery: delivery writes to the spool too (the
+lease, each upload's bytes before it is sent, every episode's state), and
+SQLite's write-ahead log needs room before a checkpoint lets the file reuse
+what delivered episodes freed. A spool whose disk is full cannot deliver
+itself out of it, and nothing would ever free the room. So the room
+delivery needs is kept twice: producers stop short of the disk's last
+``reserve_bytes``, and a file of that size (``spool.sqlite3-reserve``) is
+held beside the spool, once the disk has less than 64 reserves' worth free,
+for when something else fills the disk. The process
+that delivers releases it when the disk is (nearly) full, drains the spool
+into it (each delivered upload frees the pages the next one reuses), and
+takes it back once the disk has room again.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sqlite3
 from contextlib import suppress
+from pathlib import Path
 
-from .core import SpoolCore
+from ..._text import shown
+from .core import SpoolCore, SpoolFullError
 from .rows import chunks
 
 logger = logging.getLogger(__name__)
 
 #: Warn once the spool passes this share of its cap.
 WARN_FRACTION = 0.8
+#: The disk reserve is this share of the cap, within the bounds below: room
+#: for a checkpoint of the write-ahead log and a few uploads.
+RESERVE_FRACTION = 1 / 64
+MIN_RESERVE_BYTES = 4 * 1024 * 1024
+MAX_RESERVE_BYTES = 32 * 1024 * 1024
+#: The reserve is taken (back) once the disk has this many reserves' worth
+#: free, and not before it has fewer than ``TAKE_BELOW_RESERVES``: a disk
+#: with gigabytes free needs none (nor do the thousands of spools of a test
+#: suite), and one on its way to full gets it in time.
+RETAKE_RESERVES = 3
+TAKE_BELOW_RESERVES = 64
+
+
+def disk_free(folder: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``folder``'s disk."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+#: Runs whose delivery stopped (``RunRow.stopped``) take no room from the
+#: cap of the runs still delivering: nothing frees what they hold until
+#: somebody acts, and the others must keep room to stream through. New
+#: episodes of theirs are taken while they hold less than this share of the
+#: cap together. (So the file may hold up to the cap of delivering runs plus
+#: what stopped runs held when they stopped; the disk's reserve still holds.)
+STOPPED_SHARE = 0.5
+#: What runs whose delivery stopped hold: their stored, undelivered episodes.
+#: CROSS JOIN keeps SQLite's join order: the few stopped runs first (through
+#: the ``runs_stopped`` index), then their episodes by ``episodes_by_state``,
+#: never a scan of every episode.
+STOPPED_HELD_SQL = (
+    "SELECT COALESCE(SUM(e.size), 0) FROM runs r CROSS JOIN episodes e "
+    "ON e.run_id = r.local_id "
+    "WHERE (r.create_state = 'failed' OR r.close_state = 'gave_up') "
+    "AND e.state IN ('pending', 'uploading', 'sending', 'failed')"
+)
+#: The kept bodies of delivered episodes, oldest first: what goes first at
+#: the cap or on a full disk (the platform has them).
+KEPT_BODIES_SQL = (
+    "SELECT r.seq, e.size FROM records r JOIN episodes e ON e.seq = r.seq "
+    "WHERE e.state = 'delivered' ORDER BY r.seq LIMIT ?"
+)
 
 
 class SpoolSize(SpoolCore):
     def size_bytes(self) -> int:
+        """The spool's files on disk (the database and its write-ahead log)."""
         total = 0
         for suffix in ("", "-wal"):
             with suppress(OSError):
@@ -33,35 +100,92 @@ class SpoolSize(SpoolCore):
         return total
 
     def used_bytes(self) -> int:
-        """The file's size less its free pages (left by dropped bodies, and
-        reused before the file grows): what counts against the cap."""
-        with suppress(sqlite3.Error):
-            rows = self._query("PRAGMA freelist_count")
-            free = int(rows[0][0]) * int(self._query("PRAGMA page_size")[0][0])
-            return max(0, self.size_bytes() - free)
+        """What the spool holds, and what counts against the cap: its pages
+        in use. The file does not shrink when bodies are dropped (delivered,
+        pruned, or made room for), but their pages are reused before it
+        grows, so that room counts at once; nor is the write-ahead log
+        counted, whose pages are copies of the file's."""
+        with suppress(Exception):
+            ((pages,),) = self._query("PRAGMA page_count")
+            ((free,),) = self._query("PRAGMA freelist_count")
+            ((page_size,),) = self._query("PRAGMA page_size")
+            return int((pages - free) * page_size)
         return self.size_bytes()
 
-    def _make_room(self, db: sqlite3.Connection, size: int, needed: int) -> int:
-        """Drop the kept bodies of delivered episodes, oldest first, until
-        ``needed`` bytes are free or none is left; returns the size after."""
-        freed = dropped = 0
-        while freed < needed:
-            rows = db.execute(
-                "SELECT r.seq, e.size FROM records r JOIN episodes e ON e.seq = r.seq "
-                "WHERE e.state = 'delivered' ORDER BY r.seq LIMIT 1000"
-            ).fetchall()
-            if not rows:
-                break
-            taken = []
-            for seq, body_size in rows:
-                taken.append(seq)
-                freed += body_size
-                if freed >= needed:
-                    break
-            for chunk in chunks(taken):
-                marks = ", ".join("?" * len(chunk))
-                db.execute(f"DELETE FROM records WHERE seq IN ({marks})", list(chunk))
-            dropped += len(taken)
+    def stopped_runs_bytes(self) -> int:
+        """What runs whose delivery stopped hold (see ``STOPPED_SHARE``)."""
+        ((held,),) = self._query(STOPPED_HELD_SQL)
+        return int(held)
+
+    # -- the disk -------------------------------------------------------------
+
+    @property
+    def reserve_bytes(self) -> int:
+        """Room on the disk kept for delivery (see the module's docstring)."""
+        share = int(self.max_bytes * RESERVE_FRACTION)
+        return min(MAX_RESERVE_BYTES, max(MIN_RESERVE_BYTES, share))
+
+    @property
+    def reserve_path(self) -> Path:
+        return Path(f"{self.path}-reserve")
+
+    def disk_free(self) -> int | None:
+        return disk_free(self.path.parent)
+
+    def disk_left_for_episodes(self) -> int | None:
+        """What producers may still add before the disk's last reserve;
+        ``None`` when the disk cannot be asked."""
+        free = self.disk_free()
+        return None if free is None else free - self.reserve_bytes
+
+    def has_room(self) -> bool:
+        """Whether new episodes would be stored now: short of the disk's
+        reserve, and under the cap, or at it with kept bodies of delivered
+        episodes to make room with."""
+        left = self.disk_left_for_episodes()
+        if left is not None and left <= 0:
+            return False
+        held = self.used_bytes() - self.stopped_runs_bytes()
+        return held < self.max_bytes or bool(self._query(KEPT_BODIES_SQL, (1,)))
+
+    def keep_room(self) -> None:
+        """Called by the process that delivers, before each pass: release
+        the reserve file when the disk is (nearly) full, so that delivery
+        can write; take it back once the disk has room again."""
+        free = self.disk_free()
+        if free is None:
+            return
+        reserve = self.reserve_bytes
+        if free < reserve:
+            self.release_reserve()
+            self.drop_kept_bodies(reserve)
+        elif RETAKE_RESERVES * reserve <= free < TAKE_BELOW_RESERVES * reserve:
+            self.take_reserve()  # once: it is there already, or it is made now
+
+    def drop_kept_bodies(self, wanted: int) -> int:
+        """On a full disk: drop the bodies of delivered episodes kept for the
+        local store (the platform has them), oldest first, up to ``wanted``
+        bytes, so that delivery reuses their pages instead of needing the
+        file to grow. Returns how many were dropped."""
+        try:
+            with self._transaction() as db:
+                dropped, _ = _drop_kept_bodies(db, wanted)
+        except SpoolFullError:
+            return 0  # not even that fits: delivery waits for room
+        if dropped:
+            logger.warning(
+                "The disk holding the spool %s is full: dropped the kept bodies of %d delivered "
+                "episode(s) (the platform has them) so that delivery can go on",
+                shown(str(self.path)),
+                dropped,
+            )
+        return dropped
+
+    def _make_room(self, db: sqlite3.Connection, needed: int) -> int:
+        """At the cap (inside ``ingest``'s transaction): drop the kept bodies
+        of delivered episodes, oldest first, until ``needed`` bytes are free
+        or none is left; returns the bytes freed."""
+        dropped, freed = _drop_kept_bodies(db, needed)
         if dropped:
             logger.warning(
                 "The spool %s reached its %d-byte cap: the kept bodies of %d delivered "
@@ -71,7 +195,47 @@ class SpoolSize(SpoolCore):
                 self.max_bytes,
                 dropped,
             )
-        return max(0, size - freed)
+        return freed
+
+    def release_reserve(self) -> bool:
+        """Give the reserve's room to the spool's writes (the disk is full);
+        ``False`` when there was none to give. Producers still stop short of
+        the disk's last ``reserve_bytes``, so what it frees goes to delivery,
+        and to the tiny writes that must never be lost (a run's end, the
+        count of what was refused)."""
+        try:
+            self.reserve_path.unlink()
+        except OSError:
+            return False
+        logger.warning(
+            "The disk holding the spool %s is full: released the spool's %d-byte reserve so "
+            "that delivery can go on and free room. New episodes are refused (and counted on "
+            "their runs) until the disk has room again: free space on it, or move "
+            "PRIME_RUNS_OTEL_DIR to a larger disk.",
+            shown(str(self.path)),
+            self.reserve_bytes,
+        )
+        return True
+
+    def take_reserve(self) -> None:
+        """Create the reserve file, once, while the disk has room for it."""
+        free = self.disk_free()
+        if free is None or free < RETAKE_RESERVES * self.reserve_bytes:
+            return
+        try:
+            fd = os.open(self.reserve_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError:
+            return  # there already, or the folder is not ours to write
+        try:
+            _allocate(fd, self.reserve_bytes)
+        except OSError as exc:
+            logger.debug("could not allocate the spool's disk reserve: %s", exc)
+            with suppress(OSError):
+                self.reserve_path.unlink()
+        finally:
+            os.close(fd)
+
+    # -- saying so --------------------------------------------------------------
 
     def _warn_near_cap(self, size: int) -> None:
         if size < WARN_FRACTION * self.max_bytes or self._warned_full:
@@ -86,8 +250,29 @@ class SpoolSize(SpoolCore):
             self.max_bytes,
         )
 
-    def _report_refused(self, rejected: int) -> None:
+    def _report_refused(
+        self, rejected: int, *, disk_full: bool = False, stopped: bool = False
+    ) -> None:
         if not rejected:
+            return
+        if stopped:
+            logger.error(
+                "%d episode(s) of runs whose delivery stopped were refused: such runs may hold "
+                "%.0f%% of the spool's cap together, so that they cannot take the room the "
+                "others need. They are counted on their run; fix the cause and deliver them "
+                "(`prime-runs-otel show RUN` says what to do), or remove them (`rm`).",
+                rejected,
+                100 * STOPPED_SHARE,
+            )
+            return
+        if disk_full:
+            logger.error(
+                "The disk holding the spool %s is full: %d episode(s) refused. They are "
+                "counted on their run; free space on the disk (delivery frees what it "
+                "delivers) or move PRIME_RUNS_OTEL_DIR to a larger disk.",
+                self.path,
+                rejected,
+            )
             return
         logger.error(
             "The spool %s is full (cap %d bytes): %d episode(s) refused. They are counted "
@@ -97,3 +282,40 @@ class SpoolSize(SpoolCore):
             self.max_bytes,
             rejected,
         )
+
+
+def _drop_kept_bodies(db: sqlite3.Connection, wanted: int) -> tuple[int, int]:
+    """Drop kept bodies of delivered episodes, oldest first, until ``wanted``
+    bytes are freed or none is left; returns how many went and their bytes."""
+    freed = dropped = 0
+    while freed < wanted:
+        rows = db.execute(KEPT_BODIES_SQL, (1000,)).fetchall()
+        if not rows:
+            break
+        taken = []
+        for seq, size in rows:
+            taken.append(seq)
+            freed += size
+            if freed >= wanted:
+                break
+        for chunk in chunks(taken):
+            marks = ", ".join("?" * len(chunk))
+            db.execute(f"DELETE FROM records WHERE seq IN ({marks})", list(chunk))
+        dropped += len(taken)
+    return dropped, freed
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Really take ``size`` bytes on the disk (a sparse file would take none)."""
+    if hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # write it out instead
+                raise
+    block = b"\0" * (1024 * 1024)
+    written = 0
+    while written < size:
+        written += os.write(fd, block[: size - written])
+    os.fsync(fd)

@@ -14,23 +14,22 @@ from .uploads import commit_upload
 class SpoolTraces(SpoolCore):
     def begin_traces_upload(
         self, run_id: str, seqs: Sequence[int], upload_id: str, body: bytes, *, encoding: str
-    ) -> bool:
+    ) -> None:
         """Persist an upload's bytes and claim its episodes in one transaction.
 
         ``body`` is stored as it will be sent (``encoding`` ``"gzip"``): a
         few times smaller than the lines, and a replay sends it unchanged.
-        ``False`` when this exact upload already exists (same bytes were
-        claimed before): the caller then just sends it again.
+        The same bytes may have been an upload before (one released when its
+        run's delivery stopped, then pushed): that upload is taken up again,
+        so its episodes are claimed by it whatever became of it.
         """
         with self._transaction() as db:
-            exists = db.execute(
-                "SELECT 1 FROM uploads WHERE upload_id = ?", (upload_id,)
-            ).fetchone()
-            if exists:
-                return False
             db.execute(
                 "INSERT INTO uploads (upload_id, run_id, kind, body, episodes, state, created_at, "
-                "body_encoding) VALUES (?, ?, 'traces', ?, ?, 'pending', ?, ?)",
+                "body_encoding) VALUES (?, ?, 'traces', ?, ?, 'pending', ?, ?) "
+                "ON CONFLICT (upload_id) DO UPDATE SET body = excluded.body, "
+                "episodes = excluded.episodes, state = 'pending', "
+                "body_encoding = excluded.body_encoding",
                 (upload_id, run_id, body, len(seqs), time.time(), encoding),
             )
             db.executemany(
@@ -38,7 +37,6 @@ class SpoolTraces(SpoolCore):
                 "WHERE seq = ? AND state = 'pending'",
                 [(upload_id, seq) for seq in seqs],
             )
-            return True
 
     def commit_traces_upload(self, run_id: str, upload_id: str) -> int:
         """The receipt arrived: the episodes are delivered and their bodies
@@ -71,17 +69,3 @@ class SpoolTraces(SpoolCore):
                 (run_id,),
             )
             db.execute("UPDATE runs SET sink = ? WHERE local_id = ?", (sink, run_id))
-
-    def release_traces_upload(self, upload_id: str) -> None:
-        """An upload the service refused whole (nothing of it stored): its
-        episodes go back to pending, to be sent again in smaller uploads."""
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE episodes SET state = 'pending', upload_id = NULL "
-                "WHERE upload_id = ? AND state = 'uploading'",
-                (upload_id,),
-            )
-            db.execute(
-                "UPDATE uploads SET state = 'abandoned', body = NULL WHERE upload_id = ?",
-                (upload_id,),
-            )

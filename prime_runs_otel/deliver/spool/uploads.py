@@ -48,3 +48,18 @@ class SpoolUploads(SpoolCore):
     def upload_episode_seqs(self, upload_id: str) -> list[int]:
         rows = self._query("SELECT seq FROM episodes WHERE upload_id = ?", (upload_id,))
         return [seq for (seq,) in rows]
+
+    def release_upload(self, upload_id: str) -> None:
+        """An upload that will not go as it is (refused whole for its content,
+        so nothing of it was stored, or held back while its run's delivery is
+        stopped): its episodes go back to pending, to be sent again."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE upload_id = ? AND state = 'uploading'",
+                (upload_id,),
+            )
+            db.execute(
+                "UPDATE uploads SET state = 'abandoned', body = NULL WHERE upload_id = ?",
+                (upload_id,),
+            )
