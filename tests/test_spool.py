@@ -212,3 +212,56 @@ def test_a_spool_folder_it_creates_is_private(tmp_path: Path) -> None:
     Spool(folder / "spool.sqlite3", max_bytes=BIG)
 
     assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_spool_without_the_later_columns_tables_and_triggers_is_upgraded_in_place(
+    tmp_path: Path,
+) -> None:
+    """A spool an earlier release wrote: no run owner, late counts or storing
+    time, no per-state counts (or their triggers), no index of stopped runs.
+    Opened, it gains them all, with the counts of what it holds."""
+    path = tmp_path / "spool.sqlite3"
+    spool = Spool(path, max_bytes=BIG)
+    spool.ingest([_batch(_arrivals(6), run="older")], mode="online")
+    delivered = [row.seq for row in spool.pending_episodes("older", max_bytes=BIG)][:2]
+    spool.begin_traces_upload("older", delivered, "up-older", b"...", encoding="gzip")
+    spool.commit_traces_upload("older", "up-older")
+    spool.close()
+    db = sqlite3.connect(path)
+    with db:
+        for trigger in ("insert", "update", "delete"):
+            db.execute(f"DROP TRIGGER episode_states_{trigger}")
+        db.execute("DROP TABLE episode_states")
+        db.execute("DROP INDEX runs_stopped")
+        for table, column in (
+            ("runs", "owner_id"),
+            ("runs", "late"),
+            ("runs", "late_refused"),
+            ("episodes", "stored_at"),
+        ):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    db.close()
+
+    upgraded = Spool(path, max_bytes=BIG)
+    try:
+        assert upgraded.counts().episodes == {"pending": 4, "delivered": 2}
+        identity = RunIdentity(local_id="older", environments=("env-a",))
+        end = RunEnd("completed", None, 6, producer="someone-else")
+        outcome = upgraded.ingest(
+            [RunBatch(identity=identity, end=end)], mode="online", check_owner=True
+        )
+        assert outcome.foreign_ends == ()  # the first end claims a run nobody owned
+        upgraded.ingest([_batch(_arrivals(1, seed=5), run="older")], mode="online")
+        assert upgraded.counts().episodes == {"pending": 5, "delivered": 2}
+        run = upgraded.run("older")
+        assert run is not None and (run.end_status, run.late, run.episodes) == ("completed", 0, 7)
+    finally:
+        upgraded.close()
+    db = sqlite3.connect(path)
+    try:
+        index = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_stopped'"
+        assert db.execute(index).fetchone()
+        owner = db.execute("SELECT owner_id FROM runs WHERE local_id = 'older'").fetchone()
+        assert owner == ("someone-else",)
+    finally:
+        db.close()
