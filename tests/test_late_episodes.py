@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -169,41 +170,25 @@ def test_a_late_episode_the_platform_refuses_is_counted_late_and_undelivered(
     assert view["state"] == "delivered" and view["status"] == "completed"
 
 
+@pytest.mark.parametrize("arrival", ["after the close", "during the close"])
 def test_a_closed_run_with_a_late_episode_pending_is_not_called_delivered(
-    tmp_path: Path,
+    tmp_path: Path, arrival: str
 ) -> None:
+    """An episode stored between the check that let the run close and the
+    platform's answer to the close is late too: not part of the closed run,
+    and delivered to it like any late episode (not left pending for ever)."""
     spool = Spool(tmp_path / "spool.sqlite3", max_bytes=DEFAULT_SPOOL_MAX_BYTES)
     try:
         identity = RunIdentity(local_id="closed-with-pending", environments=(ENVIRONMENT,))
         spool.ingest([RunBatch(identity=identity, end=RunEnd("completed", None, 0))], mode="online")
-        spool.update_run(identity.local_id, close_state="closed", platform_id="p-1")
+        closing = arrival == "during the close"
+        state = "finalizing" if closing else "closed"
+        spool.update_run(identity.local_id, close_state=state, platform_id="p-1")
         [record] = episodes(1, seed=64)
-        arrival = EpisodeArrival.of(record, json.dumps(record).encode())
-        spool.ingest([RunBatch(identity=identity, episodes=[arrival])], mode="online")
-
-        [row] = spool.runs()
-        view = run_view(spool, row)
-        assert (view["state"], view["pending"], view["late"]) == ("delivering", 1, 1)
-        assert [run.local_id for run in spool.runs_to_deliver_or_close()] == [identity.local_id]
-    finally:
-        spool.close()
-
-
-def test_an_episode_that_arrives_while_the_run_is_being_closed_is_late(
-    tmp_path: Path,
-) -> None:
-    """Stored between the check that let the run close and the platform's
-    answer to the close: not part of the closed run, so late, and delivered
-    to it like any late episode (not left pending for ever)."""
-    spool = Spool(tmp_path / "spool.sqlite3", max_bytes=DEFAULT_SPOOL_MAX_BYTES)
-    try:
-        identity = RunIdentity(local_id="closing-with-arrival", environments=(ENVIRONMENT,))
-        spool.ingest([RunBatch(identity=identity, end=RunEnd("completed", None, 0))], mode="online")
-        spool.update_run(identity.local_id, close_state="finalizing", platform_id="p-1")
-        [record] = episodes(1, seed=65)
-        arrival = EpisodeArrival.of(record, json.dumps(record).encode())
-        spool.ingest([RunBatch(identity=identity, episodes=[arrival])], mode="online")
-        spool.mark_closed(identity.local_id)
+        late = EpisodeArrival.of(record, json.dumps(record).encode())
+        spool.ingest([RunBatch(identity=identity, episodes=[late])], mode="online")
+        if closing:
+            spool.mark_closed(identity.local_id)
 
         [row] = spool.runs()
         view = run_view(spool, row)

@@ -85,17 +85,30 @@ def test_an_otlp_json_body_of_tiny_values_is_refused_with_413(serve: ServeProces
     assert answer.status_code == 413, answer.text
 
 
-def test_grpc_refuses_a_body_of_tiny_values_as_invalid(serve: ServeProcess) -> None:
+def _grpc_export(serve: ServeProcess, service: str, body: Message, answer: type[Message]) -> Any:
+    """One ``service/Export`` call of ``body``; its answer, or the RpcError."""
     with grpc.insecure_channel(f"127.0.0.1:{serve.grpc_port}") as channel:
         export = channel.unary_unary(
-            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            f"/opentelemetry.proto.collector.{service}/Export",
             request_serializer=None,
-            response_deserializer=ExportTraceServiceResponse.FromString,
+            response_deserializer=answer.FromString,
         )
-        with pytest.raises(grpc.RpcError) as refused:
-            export(_empty_attributes(LIMIT * 10).SerializeToString(), timeout=60)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "--max-values" in (refused.value.details() or "")
+        try:
+            return export(body.SerializeToString(), timeout=60)
+        except grpc.RpcError as exc:
+            return exc
+
+
+def test_grpc_refuses_a_body_of_tiny_values_as_invalid(serve: ServeProcess) -> None:
+    refused = _grpc_export(
+        serve,
+        "trace.v1.TraceService",
+        _empty_attributes(LIMIT * 10),
+        ExportTraceServiceResponse,
+    )
+    assert isinstance(refused, grpc.RpcError)
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "--max-values" in (refused.details() or "")
 
 
 def test_logs_bodies_are_weighed_the_same_way(serve: ServeProcess) -> None:
@@ -115,18 +128,14 @@ def test_logs_bodies_are_weighed_the_same_way(serve: ServeProcess) -> None:
         timeout=60,
     )
     assert answer.status_code == 413, answer.text
-    with grpc.insecure_channel(f"127.0.0.1:{serve.grpc_port}") as channel:
-        export = channel.unary_unary(
-            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-            request_serializer=None,
-            response_deserializer=ExportLogsServiceResponse.FromString,
-        )
-        with pytest.raises(grpc.RpcError) as refused:
-            export(_empty_log_attributes(LIMIT * 10).SerializeToString(), timeout=60)
-        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert isinstance(
-            export(_empty_log_attributes(10).SerializeToString(), timeout=60), Message
-        )
+    service = "logs.v1.LogsService"
+    refused = _grpc_export(
+        serve, service, _empty_log_attributes(LIMIT * 10), ExportLogsServiceResponse
+    )
+    assert isinstance(refused, grpc.RpcError)
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    taken = _grpc_export(serve, service, _empty_log_attributes(10), ExportLogsServiceResponse)
+    assert isinstance(taken, ExportLogsServiceResponse)
 
 
 def test_an_ordinary_request_under_the_limit_is_taken(serve: ServeProcess) -> None:
