@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, one after the other, figures on stdout.
 
 Quick mode (`--quick`) shortens each run for a smoke check; the figures in
-the README come from a full run.
+docs/performance.md come from a full run.
 """
 
 from __future__ import annotations
