@@ -26,8 +26,9 @@ BIN = Path(sys.executable).parent
 #: Commands that start a long-running server on fixed ports shared with the
 #: machine; `serve` is exercised on free ports in test_receiver.py.
 #: serve listens on fixed ports; `run -- vf-eval my-taskset` names a taskset
-#: the reader brings (tests/test_vf_eval.py runs it on one of its own).
-NOT_RUN_HERE = ("prime-runs-otel serve", "prime-runs-otel run --")
+#: the reader brings (tests/test_vf_eval.py runs it on one of its own); `ui`
+#: serves until Ctrl-C (tests/test_viewer*.py drive it in a browser).
+NOT_RUN_HERE = ("prime-runs-otel serve", "prime-runs-otel run --", "prime-runs-otel ui")
 
 
 def shell_lines(document: Path) -> list[str]:
