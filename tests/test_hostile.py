@@ -191,7 +191,12 @@ def test_a_span_that_breaks_its_reader_costs_only_itself(
 
     bad = SpanView("x\nforged", 1, 9, None, 0, 1, Exploding(), {sc.RUN_ID: "r"}, False, None)
     good = _episode_view({"id": "fine"})
-    grouped = group_by_run([bad, good])
+    # serve reads episodes ahead of its lock: the span that breaks is left
+    # as it came, for the grouping to refuse alone.
+    ahead = [rx_intake._read_ahead(view, lines=False) for view in (bad, good)]
+    assert ahead[0] is bad
+    assert isinstance(ahead[1].prepared, EpisodeArrival)
+    grouped = group_by_run(ahead)
     assert grouped.unreadable == 1
     assert [episode.episode_id for episode in grouped.batches[0].episodes] == ["fine"]
     assert "could not be read" in caplog.text

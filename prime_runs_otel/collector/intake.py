@@ -464,9 +464,11 @@ def _read_ahead(view: SpanView, lines: bool) -> SpanView:
     carrying its record: reading one depends on nothing but the span, so
     it needs no lock. A span that cannot be read is left as it came, for
     :func:`group_by_run` to read again and refuse alone as it always does."""
-    if not _is_episode_span(view) or view.prepared is not None:
+    if view.prepared is not None:
         return view
     try:
+        if not _is_episode_span(view):
+            return view
         item = read_span(view, lines=lines)
     except Exception:
         return view
