@@ -437,7 +437,8 @@ def _few_brackets(raw: bytes | None) -> bool:
     """Whether ``raw`` has too few ``[`` and ``{`` to nest past
     :data:`MAX_NESTING`: every object or array opens with one, so counting
     them all (strings included) bounds the depth. Two passes in C instead of
-    a walk over every value: most records have under a hundred."""
+    a walk over every value, for records of a few turns (the bench's 8 KB
+    records have 85 at the median); longer ones are walked."""
     return raw is not None and raw.count(b"[") + raw.count(b"{") <= MAX_NESTING
 
 
