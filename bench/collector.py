@@ -17,8 +17,13 @@ other machines. Printed for each: episodes per second (first send to run
 closed), CPU per episode in `serve`, in the collector, in this process (the
 producer) and in the fake platform (whole processes, from /proc), and
 latency from sending an episode to the platform's receipt (p50/p99).
+With ``--rounds`` above 1 each figure is the median of the rounds, with
+their range beside it. ``other_processes_cores`` is how many cores the rest
+of the machine kept busy meanwhile: the cores are shared, and a busy machine
+shows in every figure.
 
-    python bench/collector.py [--episodes 5000] [--size 8000] [--collector rotel,otelcol]
+    python bench/collector.py [--episodes 5000] [--size 8000] [--rounds 3]
+                              [--collector rotel,otelcol]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,6 +139,7 @@ class Pipeline:
     """serve and a collector started against a fake platform, torn down on exit."""
 
     def __init__(self, fake: PlatformProcess, root: str, collector: str) -> None:
+        self.name = collector
         self.platform_pid = fake.process.pid
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OTEL_"))}
         self.http_port = free_port()
@@ -326,10 +333,93 @@ def replay(fake: Any, pipeline: Pipeline, records: list[dict[str, Any]]) -> dict
     return {"run": run, "elapsed": elapsed, "cpu": cpu, "sent": sent}
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every process of the machine used so far (``/proc/stat``)."""
+    with open("/proc/stat") as handle:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+            int, handle.readline().split()[1:9]
+        )
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_round(
+    fake: PlatformProcess,
+    pipeline: Pipeline,
+    pool: list[dict[str, Any]],
+    mode: str,
+    count: int,
+    round_number: int,
+) -> dict[str, float]:
+    """One run of ``count`` episodes in ``mode`` (live or replay), its figures."""
+    measure = live if mode == "live" else replay
+    records = [fresh_copy(pool[n % len(pool)], n) for n in range(count)]
+    for record in records:
+        record["id"] = f"{mode}{round_number}-{record['id']}"
+    busy = machine_busy_seconds()
+    started = time.perf_counter()
+    done = measure(fake, pipeline, records)
+    # Cores that processes other than the pipeline's kept busy meanwhile: the
+    # two cores are shared, and what others take shows in every figure.
+    ours = sum(done["cpu"].values())
+    others = max(0.0, machine_busy_seconds() - busy - ours) / (time.perf_counter() - started)
+    delivered = fake.delivered(done["run"].id)
+    received = receipts(fake, done["run"].id)
+    latencies = [received[k] - at for k, at in done["sent"].items() if k in received]
+    print(
+        f"{pipeline.name}.{mode}: {len(records)} episodes sent, {delivered} delivered, "
+        f"run {done['run'].status}, {delivered / done['elapsed']:.0f} episodes/s, "
+        f"other processes {others:.2f} cores",
+        file=sys.stderr,
+    )
+    return {
+        "episodes_per_s": delivered / done["elapsed"],
+        **{
+            f"{part}_cpu_ms_per_episode": 1000 * seconds / max(delivered, 1)
+            for part, seconds in done["cpu"].items()
+        },
+        "latency_p50_ms": 1000 * percentile(latencies, 0.5),
+        "latency_p99_ms": 1000 * percentile(latencies, 0.99),
+        "delivered": float(delivered),
+        "other_processes_cores": others,
+    }
+
+
+def cell(values: list[float]) -> str:
+    """The median of ``values``, and their range when there are several."""
+    low, high = min(values), max(values)
+    text = f"{statistics.median(values):.2f}"
+    if len(values) == 1:
+        return text
+    digits = 0 if low >= 10 else 2
+    return f"{text} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def print_table(rounds: dict[str, list[dict[str, float]]]) -> None:
+    """Medians side by side, each with the range of its rounds; then one
+    ``name value unit`` line per median for scripts."""
+    names = list(rounds)
+    width = 22
+    print("\n" + f"{'figure':<28}" + "".join(f"{name:>{width}}" for name in names))
+    for figure in rounds[names[0]][0]:
+        cells = [cell([one[figure] for one in rounds[name]]) for name in names]
+        print(f"{figure:<28}" + "".join(f"{text:>{width}}" for text in cells))
+    print()
+    units = {
+        "episodes_per_s": "episodes/s",
+        "delivered": "episodes",
+        "other_processes_cores": "cores",
+    }
+    for name, measured in rounds.items():
+        for figure in measured[0]:
+            median = statistics.median(one[figure] for one in measured)
+            print(f"collector.{name}.{figure} {median:.3f} {units.get(figure, 'ms')}".rstrip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=5000)
     parser.add_argument("--size", type=int, default=8000)
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each mode (median, range)")
     parser.add_argument(
         "--collector",
         default="rotel,otelcol" if os.environ.get("OTELCOL_BIN") else "rotel",
@@ -344,50 +434,19 @@ def main() -> None:
 
     print(machine())
     pool = list(synthetic_episodes(1000, seed=3, target_bytes=args.size))
-    figures: dict[str, dict[str, float]] = {}
+    rounds: dict[str, list[dict[str, float]]] = {}
     for collector in collectors:
         with PlatformProcess() as fake, tempfile.TemporaryDirectory() as root:
             pipeline = Pipeline(fake, root, collector)
             try:
-                for mode, measure in (("live", live), ("replay", replay)):
-                    name = f"{collector}.{mode}"
-                    records = [fresh_copy(pool[n % len(pool)], n) for n in range(args.episodes)]
-                    for record in records:
-                        record["id"] = f"{mode}-{record['id']}"
-                    done = measure(fake, pipeline, records)
-                    delivered = fake.delivered(done["run"].id)
-                    received = receipts(fake, done["run"].id)
-                    latencies = [
-                        received[k] - at for k, at in done["sent"].items() if k in received
+                for mode in ("live", "replay"):
+                    rounds[f"{collector}.{mode}"] = [
+                        measure_round(fake, pipeline, pool, mode, args.episodes, number)
+                        for number in range(args.rounds)
                     ]
-                    print(
-                        f"{name}: {len(records)} episodes sent, {delivered} delivered, "
-                        f"run {done['run'].status}",
-                        file=sys.stderr,
-                    )
-                    figures[name] = {
-                        "episodes_per_s": delivered / done["elapsed"],
-                        **{
-                            f"{part}_cpu_ms_per_episode": 1000 * seconds / max(delivered, 1)
-                            for part, seconds in done["cpu"].items()
-                        },
-                        "latency_p50_ms": 1000 * percentile(latencies, 0.5),
-                        "latency_p99_ms": 1000 * percentile(latencies, 0.99),
-                        "delivered": float(delivered),
-                    }
             finally:
                 pipeline.stop()
-
-    names = list(figures)
-    print("\n" + f"{'figure':<28}" + "".join(f"{name:>16}" for name in names))
-    for figure in figures[names[0]]:
-        print(f"{figure:<28}" + "".join(f"{figures[name][figure]:>16.2f}" for name in names))
-    print()
-    units = {"episodes_per_s": "episodes/s", "delivered": "episodes"}
-    for name, values in figures.items():
-        for figure, value in values.items():
-            unit = units.get(figure, "ms")
-            print(f"collector.{name}.{figure} {value:.3f} {unit}")
+    print_table(rounds)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def main() -> None:
             run("in_process.py", "--episodes", count, "--rounds", "1", "--size", size)
         run("instrumentation.py", "--episodes", "1000", "--rounds", "3")
         run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
-        run("collector.py")
+        run("collector.py", "--rounds", "3")
         run("hostile.py")
         run("idle_runs.py")
         # Last: the longest (a million episodes take a while on two cores).

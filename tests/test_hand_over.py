@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanContext
 import prime_runs_otel as pro
 from prime_runs_otel import _courtesy
 from prime_runs_otel import semconv as sc
-from prime_runs_otel._courtesy import ExportRunning
+from prime_runs_otel._courtesy import ExportRunning, PacedGiveWay
 from prime_runs_otel._json import dumps_record, encode_record, parse
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.lines import LineCache
@@ -379,6 +379,22 @@ def test_threads_give_way_only_while_an_export_runs(monkeypatch: pytest.MonkeyPa
         flag.give_way()
     flag.give_way()
     assert sleeps == [0, 0]
+
+
+def test_serve_s_uploader_gives_way_at_most_once_a_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Giving the GIL up once per episode starved serve's uploader behind
+    its busy intake threads: it now gives way once a millisecond of its work."""
+    sleeps: list[float] = []
+    now = [1000.0]
+    monkeypatch.setattr(_courtesy.time, "sleep", sleeps.append)
+    monkeypatch.setattr(_courtesy.time, "perf_counter", lambda: now[0])
+    give_way = PacedGiveWay()
+    for step in (0.0, 0.0004, 0.0004, 0.0004, 0.0002, 0.0009, 0.0001):
+        now[0] += step
+        give_way()
+    assert sleeps == [0, 0, 0]  # at 0, at 1.2 ms and at 2.3 ms
 
 
 def test_the_exporter_raises_the_flag_for_the_length_of_export() -> None:

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from test_receiver import ServeProcess, post, protobuf_body, run_spans, serve_env
 
 from prime_runs_otel import semconv as sc
+from prime_runs_otel._json import parse
 from prime_runs_otel._text import OneLineFormatter, shown
 from prime_runs_otel.cli import doctor
 from prime_runs_otel.collector import bodies as rx_bodies
@@ -39,6 +40,7 @@ from prime_runs_otel.collector import intake as rx_intake
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.spool import Spool, SpoolError
 from prime_runs_otel.deliver.uploader import Uploader
+from prime_runs_otel.errors import RecordError
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.read.checks import (
     MAX_NESTING,
@@ -112,6 +114,29 @@ def test_an_honest_record_nested_a_little_passes() -> None:
     assert isinstance(read_span(_episode_view({"id": "ok", "depth": 20})), EpisodeArrival)
 
 
+@pytest.mark.parametrize(
+    ("raw", "refused"),
+    [
+        (b"[" * MAX_NESTING + b"]" * MAX_NESTING, False),
+        (b"[" * (MAX_NESTING + 1) + b"]" * (MAX_NESTING + 1), True),
+        (b'{"a":' * (MAX_NESTING + 1) + b"1" + b"}" * (MAX_NESTING + 1), True),
+        (b'{"text": "' + b"[{" * MAX_NESTING + b'", "list": [[1]]}', False),
+    ],
+    ids=["at-the-limit", "one-past", "objects-one-past", "brackets-in-a-string"],
+)
+def test_the_nesting_limit_holds_whatever_the_brackets_count(raw: bytes, refused: bool) -> None:
+    """The nesting of what orjson parsed is bounded by counting the brackets
+    in its text first; at the limit, one past it, and with brackets inside
+    strings, the answer is the walk's."""
+    value, plain_scalars = parse(raw)
+    assert plain_scalars
+    if refused:
+        with pytest.raises(RecordError, match="nests objects and arrays"):
+            check_json_value(value, "the record", raw, plain_scalars=True)
+    else:
+        check_json_value(value, "the record", raw, plain_scalars=True)
+
+
 def test_metrics_beyond_float_range_are_a_counted_loss() -> None:
     raw = b'{"loss": 1' + b"0" * 400 + b"}"
     view = SpanView(
@@ -166,7 +191,12 @@ def test_a_span_that_breaks_its_reader_costs_only_itself(
 
     bad = SpanView("x\nforged", 1, 9, None, 0, 1, Exploding(), {sc.RUN_ID: "r"}, False, None)
     good = _episode_view({"id": "fine"})
-    grouped = group_by_run([bad, good])
+    # serve reads episodes ahead of its lock: the span that breaks is left
+    # as it came, for the grouping to refuse alone.
+    ahead = [rx_intake._read_ahead(view, lines=False) for view in (bad, good)]
+    assert ahead[0] is bad
+    assert isinstance(ahead[1].prepared, EpisodeArrival)
+    grouped = group_by_run(ahead)
     assert grouped.unreadable == 1
     assert [episode.episode_id for episode in grouped.batches[0].episodes] == ["fine"]
     assert "could not be read" in caplog.text

@@ -17,6 +17,8 @@ import grpc
 import httpx
 import pytest
 from google.protobuf.message import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
@@ -193,6 +195,52 @@ def test_the_count_off_the_wire_is_the_decoded_tree() -> None:
         protobuf_body(run_spans(list(synthetic_episodes(5, seed=2)), run_id="walk"))
     )
     assert count_values(records.SerializeToString(), 10**9) == _walked(records)
+
+
+def _any_values() -> st.SearchStrategy[AnyValue]:
+    """AnyValues of every kind, nested, with strings long enough for
+    lengths of two and three varint bytes."""
+    leaves = st.one_of(
+        st.text(max_size=3).map(lambda text: AnyValue(string_value=text)),
+        st.integers(0, 20_000).map(lambda size: AnyValue(string_value="x" * size)),
+        st.integers(-(2**63), 2**63 - 1).map(lambda number: AnyValue(int_value=number)),
+        st.floats(allow_nan=False).map(lambda number: AnyValue(double_value=number)),
+        st.booleans().map(lambda flag: AnyValue(bool_value=flag)),
+        st.just(AnyValue()),
+    )
+
+    def nest(children: st.SearchStrategy[AnyValue]) -> st.SearchStrategy[AnyValue]:
+        def array(values: list[AnyValue]) -> AnyValue:
+            value = AnyValue()
+            value.array_value.values.extend(values)
+            return value
+
+        def kvlist(values: list[AnyValue]) -> AnyValue:
+            value = AnyValue()
+            for index, item in enumerate(values):
+                value.kvlist_value.values.add(key=f"k{index}", value=item)
+            return value
+
+        listed = st.lists(children, max_size=4)
+        return st.one_of(listed.map(array), listed.map(kvlist))
+
+    return st.recursive(leaves, nest, max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_any_values(), max_size=6), min_size=1, max_size=4))
+def test_any_request_is_counted_as_its_decoded_tree(spans: list[list[AnyValue]]) -> None:
+    """Counting reads one-byte varints inline and longer ones apart: every
+    kind of value, nested, and lengths of one to three bytes count alike."""
+    request = ExportTraceServiceRequest()
+    scope_spans = request.resource_spans.add().scope_spans.add()
+    for index, values in enumerate(spans):
+        span = scope_spans.spans.add(name=f"s{index}", start_time_unix_nano=2**62 + index)
+        for number, value in enumerate(values):
+            span.attributes.add(key=f"a{number}", value=value)
+        if values:
+            span.events.add(name="e").attributes.add(key="v", value=values[0])
+    assert count_values(request.SerializeToString(), 10**9) == _walked(request)
 
 
 def test_a_logs_request_is_counted_by_its_own_layout() -> None:

@@ -206,17 +206,31 @@ def count_values(body: bytes, limit: int, layout: WireLayout | None = None) -> i
     """
     count = 0
     position = 0
-    stack: list[tuple[WireLayout, int]] = [(layout or _REQUEST, len(body))]
+    fields: WireLayout = layout or _REQUEST
+    end = len(body)
+    stack: list[tuple[WireLayout, int]] = []
+    # One loop with the one-byte varints read inline: the tags and lengths
+    # of an OTLP body nearly all fit in a byte, and a call per varint was
+    # most of what counting cost.
     try:
-        while stack:
-            fields, end = stack[-1]
+        while True:
             if position >= end:
-                stack.pop()
+                if not stack:
+                    return count
+                fields, end = stack.pop()
                 continue
-            tag, position = _varint(body, position)
+            tag = body[position]
+            if tag < 0x80:
+                position += 1
+            else:
+                tag, position = _varint(body, position)
             wire_type = tag & 7
             if wire_type == 2:
-                length, position = _varint(body, position)
+                length = body[position]
+                if length < 0x80:
+                    position += 1
+                else:
+                    length, position = _varint(body, position)
                 inner = fields.get(tag >> 3)
                 if inner is None:
                     position += length
@@ -226,7 +240,8 @@ def count_values(body: bytes, limit: int, layout: WireLayout | None = None) -> i
                     count += 1
                     if count > limit:
                         return count
-                    stack.append((inner, position + length))
+                    stack.append((fields, end))
+                    fields, end = inner, position + length
             elif wire_type == 0:
                 _, position = _varint(body, position)
             elif wire_type == 1:
@@ -236,8 +251,7 @@ def count_values(body: bytes, limit: int, layout: WireLayout | None = None) -> i
             else:
                 return count  # groups or garbage: the parser says so
     except IndexError:
-        pass  # truncated in a varint
-    return count
+        return count  # truncated in a varint
 
 
 def _varint(data: bytes, position: int) -> tuple[int, int]:

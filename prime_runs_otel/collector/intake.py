@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -29,6 +29,8 @@ from .._text import shown
 from ..config import Settings
 from ..deliver.spool import IngestOutcome, Spool, SpoolError
 from ..deliver.uploader import Uploader
+from ..read.checks import read_span
+from ..read.episodes import CorruptEpisode, EpisodeArrival
 from ..read.ingest import Grouped, group_by_run
 from ..read.otlp import span_views
 from ..read.otlp_logs import SpanEvent
@@ -175,7 +177,10 @@ class SpanIntake:
         return Verdict("accepted", message, rejected=verdict.rejected + routed.rejected)
 
     def _accept_here(self, request: ExportTraceServiceRequest) -> Verdict:
-        views = list(span_views(request))
+        # Episodes are read (parsed, checked, projected) before the lock, which
+        # guards the span buffer and the commit: one worker parses while
+        # another waits for its commit to reach the disk.
+        views = [_read_ahead(view, self._uploads_lines) for view in span_views(request)]
         with self._lock:
             # Checked before the buffer sees the spans, so a refused batch
             # leaves no trace: the collector retries it, and it is not counted
@@ -452,6 +457,24 @@ def _episode_spans_in(request: ExportTraceServiceRequest) -> int:
                 ):
                     count += 1
     return count
+
+
+def _read_ahead(view: SpanView, lines: bool) -> SpanView:
+    """``view`` with its episode already read, when it is an episode span
+    carrying its record: reading one depends on nothing but the span, so
+    it needs no lock. A span that cannot be read is left as it came, for
+    :func:`group_by_run` to read again and refuse alone as it always does."""
+    if view.prepared is not None:
+        return view
+    try:
+        if not _is_episode_span(view):
+            return view
+        item = read_span(view, lines=lines)
+    except Exception:
+        return view
+    if isinstance(item, (EpisodeArrival, CorruptEpisode)):
+        return replace(view, prepared=item)
+    return view
 
 
 def _is_episode_span(view: SpanView) -> bool:

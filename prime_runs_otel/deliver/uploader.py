@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from .._courtesy import ExportRunning
+from .._courtesy import ExportRunning, PacedGiveWay
 from .._text import shown
 from .._untraced import untraced
 from ..config import Settings
@@ -52,10 +52,6 @@ from .stream import EpisodeStream
 from .training_run import TrainingLifecycle
 
 logger = logging.getLogger(__name__)
-
-
-def _always_give_way() -> None:
-    time.sleep(0)
 
 
 class Uploader:
@@ -77,9 +73,10 @@ class Uploader:
     ) -> None:
         """``export_running`` is the flag of the exporter in this process: the
         uploader lets go of the GIL between episodes while it is up. Without
-        one (``serve``, whose intake threads commit at any moment) it always
-        does. ``straggler_wait``: how long an ended run that still misses
-        episodes waits for them without news (see :class:`.lifecycle.StragglerWait`).
+        one (``serve``, whose intake threads commit at any moment) it does
+        so at most once a millisecond (:class:`.._courtesy.PacedGiveWay`).
+        ``straggler_wait``: how long an ended run that still misses episodes
+        waits for them without news (see :class:`.lifecycle.StragglerWait`).
         ``fleet``: the serve instances this one shares runs with; only the
         owner of a run creates and closes it (see :mod:`.fleet`).
         ``behind_collector``: episodes arrive through a collector, whose
@@ -103,7 +100,7 @@ class Uploader:
             self._clients,
             self._lease,
             self.lines,
-            give_way=export_running.give_way if export_running else _always_give_way,
+            give_way=export_running.give_way if export_running else PacedGiveWay(),
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
