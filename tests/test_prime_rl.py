@@ -1,0 +1,127 @@
+"""prime-rl's reporting, unchanged, through this package: the stand-in of
+prime-rl's monitors and orchestrator loop (``tests/prime_rl_standin``, which
+names the prime-rl commit it follows) run once with prime-rl's own
+``PrimeMonitor`` and once under ``opentelemetry-instrument`` or
+``prime-runs-otel run --``, against the same fake platform, and what each
+leaves there compared field by field, for every way the loop can end."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from prime_runs_otel.testing import FakePlatform
+
+STANDIN = Path(__file__).resolve().parent / "prime_rl_standin"
+ORCHESTRATE = str(STANDIN / "orchestrate.py")
+TRAIN = str(STANDIN / "train.py")
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.xdist_group("prime-rl")
+
+
+def _env(platform: FakePlatform, **extra: str) -> dict[str, str]:
+    """The process environment prime-rl is launched with: its API base and
+    key, and the stand-in on ``PYTHONPATH`` (tests only)."""
+    env = dict(os.environ)
+    env.update(platform.client_env())
+    env["PRIME_API_BASE"] = f"{platform.url}/api/v1/rft"
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(STANDIN), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
+    env.update(extra)
+    return env
+
+
+def _command(how: str, script: str, *args: str) -> list[str]:
+    python = [sys.executable, script, *args]
+    if how == "own":
+        return python
+    if how == "instrument":
+        return [str(BIN / "opentelemetry-instrument"), *python]
+    if how == "launcher":
+        return [sys.executable, "-m", "prime_runs_otel.cli", "run", "--", *python]
+    raise ValueError(how)
+
+
+def _orchestrate(
+    how: str, platform: FakePlatform, tmp_path: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    out = tmp_path / f"out-{how}-{len(platform.runs())}"
+    return subprocess.run(
+        _command(how, ORCHESTRATE, "--output-dir", str(out), *args),
+        env=_env(platform, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _new_run(platform: FakePlatform, before: set[str]) -> Any:
+    [run] = [run for run in platform.runs() if run.id not in before]
+    return run
+
+
+def _ids(platform: FakePlatform) -> set[str]:
+    return {run.id for run in platform.runs()}
+
+
+def _table(platform: FakePlatform, run_id: str) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Each confirmed Parquet object's step and rows, run id and time left out."""
+    tables = []
+    for stored in platform.training_samples(run_id):
+        rows = pq.read_table(io.BytesIO(stored.data)).to_pylist()
+        for row in rows:
+            assert row.pop("run_id") == run_id
+            row.pop("created_at")
+        tables.append((stored.step, rows))
+    return sorted(tables, key=lambda item: item[0])
+
+
+def _schema(platform: FakePlatform, run_id: str) -> list[tuple[str, str]]:
+    [first, *_] = platform.training_samples(run_id)
+    schema = pq.read_schema(io.BytesIO(first.data))
+    return [(field.name, str(field.type)) for field in schema]
+
+
+def _posted_rows(platform: FakePlatform, run_id: str) -> dict[int, dict[str, Any]]:
+    """Every metrics row posted, merged per step (what a platform keeping
+    every key of a step holds), without this package's ``_timestamp``."""
+    merged: dict[int, dict[str, Any]] = {}
+    for row in platform.metrics_posts(run_id):
+        row = {key: value for key, value in row.items() if key != "_timestamp"}
+        merged.setdefault(int(row["step"]), {}).update(row)
+    for row in merged.values():
+        row["step"] = int(row["step"])
+    return merged
+
+
+# -- prime-rl's own monitor, the baseline ------------------------------------------
+
+
+def test_the_standin_reports_as_prime_rl_does(platform: FakePlatform, tmp_path: Path) -> None:
+    """prime-rl's PrimeMonitor: one run, every metrics row posted as it is
+    (the eval row of a step after its train row, with a float step), the
+    effective train cohort of every 10th step as one Parquet object, the run
+    finalized on a clean exit."""
+    done = _orchestrate("own", platform, tmp_path, "--name", "standin", "--nan-at", "3")
+    assert done.returncode == 0, done.stderr
+    [run] = platform.runs()
+    assert run.status == "COMPLETED"
+    assert run.create_payload["name"] == "standin"
+    assert "team_id" not in run.create_payload
+    assert run.create_payload["environments"] == [{"id": "gsm8k-demo"}]
+    posts = platform.metrics_posts(run.id)
+    assert len(posts) == 12 + 2
+    assert [p["step"] for p in posts if isinstance(p["step"], float)] == [0.0, 10.0]
+    assert "train/agg/loss/mean" not in posts[3]  # NaN dropped
+    tables = _table(platform, run.id)
+    assert [step for step, _ in tables] == [0, 10]
+    assert all(len(rows) == 3 for _, rows in tables)
