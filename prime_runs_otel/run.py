@@ -549,6 +549,23 @@ class Run:
         provider = self._provider
         return not isinstance(provider, RunTracerProvider) or provider.processors_added > 1
 
+    def add_step_table(self, step: int, body: bytes) -> None:
+        """Send one training step's sample table, already written as Parquet
+        (by an instrumentation reproducing another reporter's table, see
+        ``instrumentation/prime_rl``): kept in the spool with the run first,
+        then presign → PUT → confirm like the legacy step tables, whichever
+        sink the run's episodes go to. The run is registered by then (its
+        spans are flushed first), and the close waits for the table."""
+        with self._lock:
+            if self._finished:
+                raise RunFinishedError(
+                    f"run {self.id} is finished; its samples can no longer change"
+                )
+        if self.settings.mode == "disabled":
+            return
+        self._provider.force_flush()
+        self._exporter.add_step_table(self.id, step, body)
+
     def log_metrics(self, values: Mapping[str, Any], *, step: int | None = None) -> int | None:
         """Report one training step's metrics; returns the step.
 
@@ -765,8 +782,9 @@ def start_run(
     environment.
 
     ``kind="train"`` opens a training run: ``model`` is the base model,
-    ``max_steps`` to ``wandb_run_name`` what it is registered with, and a team
-    is required (``team_id`` or ``PRIME_TEAM_ID``). Every process feeding one
+    ``max_steps`` to ``wandb_run_name`` what it is registered with, and its
+    team (``team_id`` or ``PRIME_TEAM_ID``) if it has one: without, it belongs
+    to the user's own account, as prime-rl registers it. Every process feeding one
     training run passes the same ``run_id``; the one that owns the run (the
     trainer, which logs the step metrics) keeps ``owns_run=True`` and ends it,
     the others (inference workers, an orchestrator) pass ``owns_run=False``.
@@ -801,7 +819,7 @@ def start_run(
         )
     )
     if kind == "train":
-        _check_training_run(settings, model=model, team_id=team_id, attach=attach)
+        _check_training_run(settings, model=model, attach=attach)
     resource = run_resource(
         run_id=run_id,
         kind=kind,
@@ -851,9 +869,7 @@ def start_run(
     return run
 
 
-def _check_training_run(
-    settings: Settings, *, model: str | None, team_id: str | None, attach: str | None
-) -> None:
+def _check_training_run(settings: Settings, *, model: str | None, attach: str | None) -> None:
     """What a training run needs to reach the platform, checked before any
     span: a run that cannot be registered is better refused at start than
     found unregistered after days of training."""
@@ -861,11 +877,6 @@ def _check_training_run(
         return
     if attach is None and not model:
         raise ConfigError("a training run needs its base model: pass model=... to start_run()")
-    if attach is None and not (team_id or settings.team_id):
-        raise ConfigError(
-            "a training run needs a team: pass team_id=... or set PRIME_TEAM_ID. External "
-            "training runs belong to a team, and the platform enables them per team"
-        )
     if settings.traces_opt_out and not parquet_available():
         raise ConfigError(
             "opting out of Prime Traces sends a training run's samples to the legacy step "

@@ -26,6 +26,13 @@ BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.xdist_group("prime-rl")
 
+#: opentelemetry-instrument, delivering in process (the distro's default is OTLP).
+INSTRUMENT_ENV = {
+    "OTEL_TRACES_EXPORTER": "prime_runs",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
+
 
 def _env(platform: FakePlatform, **extra: str) -> dict[str, str]:
     """The process environment prime-rl is launched with: its API base and
@@ -54,7 +61,9 @@ def _command(how: str, script: str, *args: str) -> list[str]:
 def _orchestrate(
     how: str, platform: FakePlatform, tmp_path: Path, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    out = tmp_path / f"out-{how}-{len(platform.runs())}"
+    out = tmp_path / "outputs"  # one for both sides: it is in the run config
+    if how == "instrument":
+        env = {**INSTRUMENT_ENV, **env}
     return subprocess.run(
         _command(how, ORCHESTRATE, "--output-dir", str(out), *args),
         env=_env(platform, **env),
@@ -125,3 +134,34 @@ def test_the_standin_reports_as_prime_rl_does(platform: FakePlatform, tmp_path: 
     tables = _table(platform, run.id)
     assert [step for step, _ in tables] == [0, 10]
     assert all(len(rows) == 3 for _, rows in tables)
+
+
+# -- the same loop, reported through this package -----------------------------------
+
+
+def _compare(platform: FakePlatform, own: Any, ours: Any) -> None:
+    """What prime-rl's own monitor left against what this package left."""
+    theirs_payload = dict(own.create_payload)
+    ours_payload = dict(ours.create_payload)
+    assert ours_payload == theirs_payload
+    assert _posted_rows(platform, ours.id) == _posted_rows(platform, own.id)
+    assert _schema(platform, ours.id) == _schema(platform, own.id)
+    assert _table(platform, ours.id) == _table(platform, own.id)
+
+
+@pytest.mark.parametrize("how", ["instrument", "launcher"])
+def test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout(
+    platform: FakePlatform, tmp_path: Path, how: str
+) -> None:
+    args = ("--name", "standin", "--nan-at", "3", "--quiet-steps")
+    done = _orchestrate("own", platform, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    own = _new_run(platform, set())
+    done = _orchestrate(how, platform, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    ours = _new_run(platform, {own.id})
+    _compare(platform, own, ours)
+    assert ours.status == own.status == "COMPLETED"
+    # Beyond prime-rl: every rollout (12 steps x 4, two evals x 2) on Prime Traces.
+    assert len(platform.episodes(ours.id)) == 12 * 4 + 2 * 2
+    assert not platform.episodes(own.id)

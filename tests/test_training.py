@@ -232,11 +232,19 @@ def test_a_trainer_that_dies_leaves_the_run_crashed(rl: FakePlatform) -> None:
     assert [row["step"] for row in rl.training_metrics(run.id)] == [0, 10]
 
 
-def test_a_training_run_without_a_team_is_refused_at_start(online: FakePlatform) -> None:
-    with pytest.raises(pro.ConfigError, match="PRIME_TEAM_ID"):
-        pro.start_run(kind="train", model="base/policy", environments=["gsm8k-demo"])
+def test_a_training_run_without_a_base_model_is_refused_at_start(online: FakePlatform) -> None:
     with pytest.raises(pro.ConfigError, match="base model"):
         pro.start_run(kind="train", team_id=TEAM)
+
+
+def test_a_training_run_without_a_team_is_registered_without_one(online: FakePlatform) -> None:
+    """As prime-rl registers it: the team is sent only when there is one."""
+    run = pro.start_run(kind="train", model="base/policy", environments=["gsm8k-demo"])
+    result = run.finish(timeout=30)
+    assert result.closed, result.describe()
+    [registered] = online.runs()
+    assert "team_id" not in registered.create_payload
+    assert registered.status == "COMPLETED"
 
 
 def test_opting_out_without_pyarrow_is_refused_at_start(
