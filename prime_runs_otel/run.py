@@ -661,6 +661,14 @@ class Run:
             self._exporter.wait_registered(self.id, timeout)
         return self.snapshot()
 
+    def commit(self) -> None:
+        """Everything recorded and logged so far is in the spool (or with the
+        run's other exporters) once this returns, delivered or not: what a
+        SIGKILL afterwards cannot take. Blocks for one export; call it off
+        any thread whose latency matters."""
+        self._handoff.drain()
+        self._provider.force_flush()
+
     def wait_delivered(self, timeout: float) -> bool:
         """Flush the run's spans and wait (up to ``timeout``) until the
         platform has confirmed everything recorded so far."""

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
+from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.testing import FakePlatform
 
 STANDIN = Path(__file__).resolve().parent / "prime_rl_standin"
@@ -141,12 +145,25 @@ def test_the_standin_reports_as_prime_rl_does(platform: FakePlatform, tmp_path: 
 
 def _compare(platform: FakePlatform, own: Any, ours: Any) -> None:
     """What prime-rl's own monitor left against what this package left."""
-    theirs_payload = dict(own.create_payload)
-    ours_payload = dict(ours.create_payload)
-    assert ours_payload == theirs_payload
+    assert ours.create_payload == own.create_payload
     assert _posted_rows(platform, ours.id) == _posted_rows(platform, own.id)
     assert _schema(platform, ours.id) == _schema(platform, own.id)
     assert _table(platform, ours.id) == _table(platform, own.id)
+
+
+def _compare_unclean(platform: FakePlatform, own: Any, ours: Any, steps: int) -> None:
+    """A loop that did not end cleanly: prime-rl's metrics and uploads are
+    fire-and-forget tasks, and those still in flight die with its event loop,
+    so what it left is at most what this package left, which is every row
+    and table of the ``steps`` steps logged."""
+    assert ours.create_payload == own.create_payload
+    rows = _posted_rows(platform, ours.id)
+    assert sorted(rows) == list(range(steps))
+    for step, row in _posted_rows(platform, own.id).items():
+        assert rows[step] == row
+    tables = _table(platform, ours.id)
+    assert [step for step, _ in tables] == [0]
+    assert all(table in tables for table in _table(platform, own.id))
 
 
 @pytest.mark.parametrize("how", ["instrument", "launcher"])
@@ -165,3 +182,103 @@ def test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout(
     # Beyond prime-rl: every rollout (12 steps x 4, two evals x 2) on Prime Traces.
     assert len(platform.episodes(ours.id)) == 12 * 4 + 2 * 2
     assert not platform.episodes(own.id)
+
+
+# -- every way the loop ends ---------------------------------------------------------------
+
+
+def _hang_then(
+    how: str, platform: FakePlatform, tmp_path: Path, sig: signal.Signals
+) -> subprocess.Popen[str]:
+    """The loop stopped at step 2 by ``sig`` (SIGINT is Ctrl-C)."""
+    env = _env(platform, **(INSTRUMENT_ENV if how == "instrument" else {}))
+    args = ("--output-dir", str(tmp_path / "outputs"), "--hang-at", "2", "--quiet-steps")
+    process = subprocess.Popen(
+        _command(how, ORCHESTRATE, *args),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "HANG"
+    if how != "own":
+        _wait_for_the_spool(rows=2)
+    process.send_signal(sig)
+    process.communicate(timeout=120)
+    return process
+
+
+def _wait_for_the_spool(rows: int) -> None:
+    """Until the spool holds ``rows`` metrics rows of the run (committed
+    after each step, see ``Committer``) and the step 0 sample table (written
+    on a worker thread): a signal before that would test how fast those are,
+    not the exit path."""
+    spool = Spool(resolve_settings().spool_path, max_bytes=10**9)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = spool.runs()
+        if runs:
+            local_id = runs[0].local_id
+            if (
+                sum(spool.metrics_counts(local_id).values()) >= rows
+                and spool.step_upload_count(local_id, 0) >= 1
+            ):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the spool never held {rows} metrics rows and the step 0 table")
+
+
+def _push_all(platform: FakePlatform) -> None:
+    pushed = subprocess.run(
+        [sys.executable, "-m", "prime_runs_otel.cli", "push", "--all"],
+        env=_env(platform),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+
+def test_an_exception_fails_the_run_with_its_reason(platform: FakePlatform, tmp_path: Path) -> None:
+    """prime-rl marks it failed from its atexit hook, without a reason."""
+    done = _orchestrate("own", platform, tmp_path, "--fail-at", "2", "--quiet-steps")
+    assert done.returncode == 1
+    own = _new_run(platform, set())
+    done = _orchestrate("instrument", platform, tmp_path, "--fail-at", "2", "--quiet-steps")
+    assert done.returncode == 1
+    assert "the dispatcher stopped at step 2" in done.stderr  # the traceback is still shown
+    ours = _new_run(platform, {own.id})
+    _compare_unclean(platform, own, ours, steps=2)
+    assert ours.status == own.status == "FAILED"
+    assert own.error_message is None
+    assert ours.error_message == "RuntimeError: the dispatcher stopped at step 2"
+    assert len(platform.episodes(ours.id)) == 2 * 4 + 2
+
+
+def test_ctrl_c_cancels_the_run(platform: FakePlatform, tmp_path: Path) -> None:
+    own_process = _hang_then("own", platform, tmp_path, signal.SIGINT)
+    assert own_process.returncode != 0
+    own = _new_run(platform, set())
+    ours_process = _hang_then("launcher", platform, tmp_path, signal.SIGINT)
+    assert ours_process.returncode != 0
+    ours = _new_run(platform, {own.id})
+    _compare_unclean(platform, own, ours, steps=2)
+    assert ours.status == own.status == "FAILED"  # the RFT API knows completed and failed only
+    assert ours.error_message == "cancelled: interrupted (Ctrl-C)"
+
+
+def test_sigkill_leaves_prime_rl_s_run_running_and_ours_closed_as_crashed(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    _hang_then("own", platform, tmp_path, signal.SIGKILL)
+    own = _new_run(platform, set())
+    _hang_then("instrument", platform, tmp_path, signal.SIGKILL)
+    ours = _new_run(platform, {own.id})
+    assert own.status == "RUNNING"  # for ever
+    _push_all(platform)
+    ours = platform.run(ours.id)
+    _compare_unclean(platform, own, ours, steps=2)
+    assert ours.status == "FAILED"
+    assert (ours.error_message or "").startswith("crashed")
+    assert len(platform.episodes(ours.id)) == 2 * 4 + 2

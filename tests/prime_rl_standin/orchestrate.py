@@ -45,6 +45,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--hang-at", type=int, default=None)
     parser.add_argument("--nan-at", type=int, default=None)
     parser.add_argument("--bad-episode-at", type=int, default=None)
+    parser.add_argument("--bad-metric-at", type=int, default=None)
     parser.add_argument("--name", default=None)
     parser.add_argument("--wandb-project", default=None)
     parser.add_argument("--no-prime", action="store_true")
@@ -129,6 +130,8 @@ async def one_step(args: argparse.Namespace, step: int, with_eval: bool) -> None
     }
     if step == args.nan_at:
         metrics["train/agg/loss/mean"] = float("nan")
+    if step == args.bad_metric_at:
+        metrics["debug/handle"] = object()
     await monitors.log(metrics, step=step)
     if with_eval:
         evals = rollouts(2, step, "eval", "local-run")

@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import threading
 import types
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
@@ -144,6 +145,7 @@ class PlatformReporting:
         self.rejected: dict[str, int] = {}
         self._tables: set[asyncio.Task[None]] = set()
         self._exit: ExitWatch | None = None
+        self._committer: Committer | None = None
 
     # -- prime-rl's Monitor ---------------------------------------------------------
 
@@ -156,6 +158,7 @@ class PlatformReporting:
             fields = _trainer_fields(config)
             metadata = {}
         self.delivery = _open(fields, metadata, owner=self.owner)
+        self._committer = Committer(_commit_of(self.delivery))
         self._exit = ExitWatch(self._end_at_exit)
         where = self.delivery.platform_id or self.delivery.local_id
         logger.info("Logging metrics and episodes to platform run %s (prime-runs-otel)", where)
@@ -181,6 +184,8 @@ class PlatformReporting:
             delivery.metrics(row, None)
         except Exception as exc:
             self._reject("metrics row", f"the step {step} metrics row was refused: {exc}")
+        if self._committer is not None:
+            self._committer.request()
 
     async def log_episodes(self, episodes: list[Any], step: int, kind: str, subset: str) -> None:
         delivery = self._live()
@@ -276,6 +281,42 @@ class PlatformReporting:
                 "finalize reports the counts)",
                 detail,
             )
+
+
+class Committer:
+    """Commits the run's spans (to the spool, or to the collector) on a
+    thread of its own after each step's metrics, so a SIGKILL loses at most
+    the step in flight, as prime-rl's requests in flight, instead of what
+    the span batch held (seconds of steps). Requests coalesce: one commit
+    covers every step logged before it starts."""
+
+    def __init__(self, commit: Callable[[], object]) -> None:
+        self._commit = commit
+        self._wanted = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name="prime-runs-otel-prime-rl-commit", daemon=True
+        )
+        self._thread.start()
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            try:
+                self._commit()
+            except Exception as exc:  # the next request tries again
+                logger.debug("prime-rl run: committing its spans failed: %s", exc)
+
+
+def _commit_of(delivery: Delivery) -> Callable[[], object]:
+    if isinstance(delivery, InProcess):
+        return delivery.run.commit
+    if isinstance(delivery, Exported):
+        return delivery.provider.force_flush
+    return lambda: None
 
 
 def _open(fields: dict[str, Any], metadata: dict[str, Any], *, owner: bool) -> Delivery:
