@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.deliver.platform.rft import RftAPI, TrainingFields, external_run_payload
 from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.testing import FakePlatform
 
@@ -116,72 +117,62 @@ def _posted_rows(platform: FakePlatform, run_id: str) -> dict[int, dict[str, Any
     return merged
 
 
-# -- prime-rl's own monitor, the baseline ------------------------------------------
-
-
-def test_the_standin_reports_as_prime_rl_does(platform: FakePlatform, tmp_path: Path) -> None:
-    """prime-rl's PrimeMonitor: one run, every metrics row posted as it is
-    (the eval row of a step after its train row, with a float step), the
-    effective train cohort of every 10th step as one Parquet object, the run
-    finalized on a clean exit."""
-    done = _orchestrate("own", platform, tmp_path, "--name", "standin", "--nan-at", "3")
-    assert done.returncode == 0, done.stderr
-    [run] = platform.runs()
-    assert run.status == "COMPLETED"
-    assert run.create_payload["name"] == "standin"
-    assert "team_id" not in run.create_payload
-    assert run.create_payload["environments"] == [{"id": "gsm8k-demo"}]
-    posts = platform.metrics_posts(run.id)
-    assert len(posts) == 12 + 2
-    assert [p["step"] for p in posts if isinstance(p["step"], float)] == [0.0, 10.0]
-    assert "train/agg/loss/mean" not in posts[3]  # NaN dropped
-    tables = _table(platform, run.id)
-    assert [step for step, _ in tables] == [0, 10]
-    assert all(len(rows) == 3 for _, rows in tables)
-
-
 # -- the same loop, reported through this package -----------------------------------
 
 
-def _compare(platform: FakePlatform, own: Any, ours: Any) -> None:
-    """What prime-rl's own monitor left against what this package left."""
-    assert ours.create_payload == own.create_payload
-    assert _posted_rows(platform, ours.id) == _posted_rows(platform, own.id)
-    assert _schema(platform, ours.id) == _schema(platform, own.id)
-    assert _table(platform, ours.id) == _table(platform, own.id)
+def _compare(platform: FakePlatform, own: Any, ours: Any, *, steps: int, tables: list[int]) -> None:
+    """What prime-rl's own monitor left against what this package left: the
+    same create request, the same row for every step prime-rl's row reached
+    the platform, every one of the ``steps`` rows, and the same sample
+    tables (at steps ``tables``).
 
-
-def _compare_unclean(platform: FakePlatform, own: Any, ours: Any, steps: int) -> None:
-    """A loop that did not end cleanly: prime-rl's metrics and uploads are
-    fire-and-forget tasks, and those still in flight die with its event loop,
-    so what it left is at most what this package left, which is every row
-    and table of the ``steps`` steps logged."""
+    prime-rl's metrics rows and uploads are fire-and-forget tasks: one whose
+    request fails (a dropped connection) is a warning and a hole, and those
+    still in flight when the loop dies (an exception, Ctrl-C, SIGKILL) die
+    with it. So what it left is compared as a part of what this package
+    left, which holds every row and table logged."""
     assert ours.create_payload == own.create_payload
     rows = _posted_rows(platform, ours.id)
     assert sorted(rows) == list(range(steps))
     for step, row in _posted_rows(platform, own.id).items():
         assert rows[step] == row
-    tables = _table(platform, ours.id)
-    assert [step for step, _ in tables] == [0]
-    assert all(table in tables for table in _table(platform, own.id))
+    ours_tables = _table(platform, ours.id)
+    assert [step for step, _ in ours_tables] == tables
+    assert all(table in ours_tables for table in _table(platform, own.id))
+    if platform.training_samples(own.id):
+        assert _schema(platform, ours.id) == _schema(platform, own.id)
 
 
-@pytest.mark.parametrize("how", ["instrument", "launcher"])
 def test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout(
-    platform: FakePlatform, tmp_path: Path, how: str
+    platform: FakePlatform, tmp_path: Path
 ) -> None:
+    """prime-rl's PrimeMonitor posts every metrics row as it is (the eval row
+    of a step after its train row, with a float step; NaN dropped), writes
+    the effective train cohort of every 10th step as one Parquet object, and
+    finalizes the run on a clean exit. Under opentelemetry-instrument and
+    under the launcher the platform gets the same, and every rollout."""
     args = ("--name", "standin", "--nan-at", "3", "--quiet-steps")
     done = _orchestrate("own", platform, tmp_path, *args)
     assert done.returncode == 0, done.stderr
     own = _new_run(platform, set())
-    done = _orchestrate(how, platform, tmp_path, *args)
-    assert done.returncode == 0, done.stderr
-    ours = _new_run(platform, {own.id})
-    _compare(platform, own, ours)
-    assert ours.status == own.status == "COMPLETED"
-    # Beyond prime-rl: every rollout (12 steps x 4, two evals x 2) on Prime Traces.
-    assert len(platform.episodes(ours.id)) == 12 * 4 + 2 * 2
+    assert own.status == "COMPLETED"
+    assert own.create_payload["name"] == "standin"
+    assert "team_id" not in own.create_payload
+    posts = platform.metrics_posts(own.id)
+    assert {type(p["step"]) for p in posts if "eval/gsm8k-demo/reward/mean/all" in p} == {float}
+    assert all("train/agg/loss/mean" not in post for post in posts)
+    assert [(step, len(rows)) for step, rows in _table(platform, own.id)] == [(0, 3), (10, 3)]
     assert not platform.episodes(own.id)
+
+    for how in ("instrument", "launcher"):
+        before = _ids(platform)
+        done = _orchestrate(how, platform, tmp_path, *args)
+        assert done.returncode == 0, done.stderr
+        ours = _new_run(platform, before)
+        _compare(platform, own, ours, steps=12, tables=[0, 10])
+        assert ours.status == "COMPLETED"
+        # Beyond prime-rl: every rollout (12 steps x 4, two evals x 2) on Prime Traces.
+        assert len(platform.episodes(ours.id)) == 12 * 4 + 2 * 2
 
 
 # -- every way the loop ends ---------------------------------------------------------------
@@ -249,7 +240,7 @@ def test_an_exception_fails_the_run_with_its_reason(platform: FakePlatform, tmp_
     assert done.returncode == 1
     assert "the dispatcher stopped at step 2" in done.stderr  # the traceback is still shown
     ours = _new_run(platform, {own.id})
-    _compare_unclean(platform, own, ours, steps=2)
+    _compare(platform, own, ours, steps=2, tables=[0])
     assert ours.status == own.status == "FAILED"
     assert own.error_message is None
     assert ours.error_message == "RuntimeError: the dispatcher stopped at step 2"
@@ -263,7 +254,7 @@ def test_ctrl_c_cancels_the_run(platform: FakePlatform, tmp_path: Path) -> None:
     ours_process = _hang_then("launcher", platform, tmp_path, signal.SIGINT)
     assert ours_process.returncode != 0
     ours = _new_run(platform, {own.id})
-    _compare_unclean(platform, own, ours, steps=2)
+    _compare(platform, own, ours, steps=2, tables=[0])
     assert ours.status == own.status == "FAILED"  # the RFT API knows completed and failed only
     assert ours.error_message == "cancelled: interrupted (Ctrl-C)"
 
@@ -278,7 +269,99 @@ def test_sigkill_leaves_prime_rl_s_run_running_and_ours_closed_as_crashed(
     assert own.status == "RUNNING"  # for ever
     _push_all(platform)
     ours = platform.run(ours.id)
-    _compare_unclean(platform, own, ours, steps=2)
+    _compare(platform, own, ours, steps=2, tables=[0])
     assert ours.status == "FAILED"
     assert (ours.error_message or "").startswith("crashed")
     assert len(platform.episodes(ours.id)) == 2 * 4 + 2
+
+
+# -- attaching, the trainer, what the platform cannot take ------------------------------
+
+
+def _precreated(platform: FakePlatform) -> str:
+    """A run a managed launch registered before prime-rl starts ($RUN_ID)."""
+    api = RftAPI(api_key=platform.api_key, base_url=platform.url, frontend_url=platform.url)
+    payload = external_run_payload(
+        base_model="Qwen/Qwen3-0.6B",
+        team_id=None,
+        environments=["gsm8k-demo"],
+        training=TrainingFields(max_steps=12),
+    )
+    return str(api.create(payload)["id"])
+
+
+def test_run_id_attaches_instead_of_creating(platform: FakePlatform, tmp_path: Path) -> None:
+    own_id, ours_id = _precreated(platform), _precreated(platform)
+    args = ("--quiet-steps",)
+    done = _orchestrate("own", platform, tmp_path, *args, RUN_ID=own_id)
+    assert done.returncode == 0, done.stderr
+    done = _orchestrate("launcher", platform, tmp_path, *args, RUN_ID=ours_id)
+    assert done.returncode == 0, done.stderr
+    assert _ids(platform) == {own_id, ours_id}  # nothing registered a second time
+    own, ours = platform.run(own_id), platform.run(ours_id)
+    _compare(platform, own, ours, steps=12, tables=[0, 10])
+    assert ours.status == own.status == "COMPLETED"
+
+
+def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """Rank 0 of the trainer sets its monitors up without a prime config:
+    with the opt-in its rows join the run of the same launch ($PRL_RUN_ID),
+    which the orchestrator registers and ends; without, it reports nothing."""
+    launch = {"PRL_RUN_ID": "launch-1", "PRIME_RUNS_OTEL_PRIME_RL_TRAINER": "true"}
+    out = str(tmp_path / "trainer")
+    trainer = subprocess.run(
+        _command("launcher", TRAIN, "--output-dir", out, "--max-steps", "3"),
+        env=_env(platform, **launch),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert trainer.returncode == 0, trainer.stderr
+    assert not platform.runs()  # the trainer registers nothing: the owner does
+    args = ("--max-steps", "3", "--eval-steps", "", "--quiet-steps")
+    done = _orchestrate("launcher", platform, tmp_path, *args, **launch)
+    assert done.returncode == 0, done.stderr
+    [run] = platform.runs()
+    assert run.status == "COMPLETED"
+    rows = platform.training_metrics(run.id)
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    for row in rows:
+        assert row["optim/lr"] == 1e-6  # the trainer's
+        assert row["progress/rollouts"] == 4  # the orchestrator's
+
+    alone = subprocess.run(
+        _command("launcher", TRAIN, "--output-dir", out, "--max-steps", "3"),
+        env=_env(platform, PRL_RUN_ID="launch-2"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert Spool(resolve_settings().spool_path, max_bytes=10**9).run("prime-rl-launch-2") is None
+
+
+def test_what_the_platform_cannot_take_is_counted_and_training_goes_on(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """A metrics value that is not a number, an object that is not an
+    episode: prime-rl loses the whole row of that step (its JSON encoding
+    fails); here that value alone is left out, with one warning per kind."""
+    args = ("--max-steps", "3", "--eval-steps", "", "--quiet-steps")
+    bad = ("--bad-metric-at", "1", "--bad-episode-at", "1", "--nan-at", "1")
+    done = _orchestrate("own", platform, tmp_path, *args, *bad)
+    assert done.returncode == 0, done.stderr
+    own = _new_run(platform, set())
+    done = _orchestrate("instrument", platform, tmp_path, *args, *bad)
+    assert done.returncode == 0, done.stderr
+    ours = _new_run(platform, {own.id})
+    assert 1 not in _posted_rows(platform, own.id)  # step 1's row lost
+    rows = _posted_rows(platform, ours.id)
+    assert sorted(rows) == [0, 1, 2]
+    assert "debug/handle" not in rows[1] and "train/agg/loss/mean" not in rows[1]
+    assert rows[1]["progress/rollouts"] == 4
+    assert len(platform.episodes(ours.id)) == 3 * 4
+    assert ours.status == "COMPLETED"
+    warnings = [line for line in done.stderr.splitlines() if "left out and counted" in line]
+    assert len(warnings) == 3 + 1, done.stderr  # one per kind, then the counts at finalize
