@@ -571,7 +571,8 @@ class Run:
 
         ``step`` (or ``values["step"]``) is required. Non-finite numbers are
         dropped, and each row gets a ``_timestamp``. The platform keeps one
-        row per step, so logging a step again replaces its row. An eval run
+        row per step, so logging a step again adds its values to that row
+        (a name logged again takes the new value). An eval run
         has no step metrics: there this does nothing (and says so once).
         """
         with self._lock:
