@@ -299,3 +299,18 @@ def test_the_rl_loop_example_reports_a_training_run(rl: FakePlatform) -> None:
     assert len(episodes) == 3 * 4 * 2
     rewards = [episode["traces"][0]["rewards"]["reward"]["score"] for episode in episodes]
     assert set(rewards) <= {0.0, 1.0} and 0.0 < sum(rewards) < len(rewards)
+
+
+def test_a_step_logged_again_adds_its_values_to_the_row(online: FakePlatform) -> None:
+    """prime-rl logs an eval row for a step that has its train row, and its
+    trainer logs several dicts per step: the platform keeps one row per step,
+    so the spool keeps every value of the step in it, the later value of a
+    name logged twice."""
+    run = pro.start_run(kind="train", model="base/policy", environments=["gsm8k-demo"])
+    run.log_metrics({"loss": 1.0, "reward": 0.25}, step=3)
+    run.log_metrics({"eval/reward": 0.5, "reward": 0.75}, step=3)
+    result = run.finish(timeout=30)
+    assert result.closed, result.describe()
+    [registered] = online.runs()
+    [row] = online.training_metrics(registered.id)
+    assert (row["step"], row["loss"], row["reward"], row["eval/reward"]) == (3, 1.0, 0.75, 0.5)
