@@ -365,3 +365,50 @@ def test_what_the_platform_cannot_take_is_counted_and_training_goes_on(
     assert ours.status == "COMPLETED"
     warnings = [line for line in done.stderr.splitlines() if "left out and counted" in line]
     assert len(warnings) == 3 + 1, done.stderr  # one per kind, then the counts at finalize
+
+
+def test_behind_a_collector_serve_reports_the_run(platform: FakePlatform, tmp_path: Path) -> None:
+    """OTEL_TRACES_EXPORTER=otlp: the orchestrator only sends OTLP (no
+    credential of its own); `serve` registers the run, sends its rows and
+    rollouts and completes it. The Parquet tables are written in process
+    only (quickstart-prime-rl.md says so)."""
+    from test_receiver import ServeProcess, serve_env
+
+    serve = ServeProcess(tmp_path, serve_env(tmp_path, platform)).start()
+    try:
+        otlp = {
+            **INSTRUMENT_ENV,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": serve.url,
+            "PRIME_API_KEY": "",
+        }
+        args = ("--name", "behind", "--max-steps", "3", "--eval-steps", "", "--quiet-steps")
+        done = _orchestrate("instrument", platform, tmp_path, *args, **otlp)
+        assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(run.closed for run in platform.runs()):
+            time.sleep(0.2)
+        [run] = platform.runs()
+        assert run.status == "COMPLETED"
+        assert run.create_payload["name"] == "behind"
+        assert run.create_payload["environments"] == [{"id": "gsm8k-demo"}]
+        assert run.create_payload["run_config"]["max_steps"] == 3
+        assert sorted(_posted_rows(platform, run.id)) == [0, 1, 2]
+        assert len(platform.episodes(run.id)) == 3 * 4
+        assert not platform.training_samples(run.id)
+    finally:
+        serve.stop()
+
+
+def test_a_table_written_while_rollouts_go_out_is_sent_before_the_close(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """The step 0 table of a large step is stored while the step's rollouts
+    are still being sent; the run's close waits for it."""
+    args = ("--rollouts", "256", "--max-steps", "1", "--eval-steps", "", "--quiet-steps")
+    done = _orchestrate("instrument", platform, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    [run] = platform.runs()
+    assert run.status == "COMPLETED"
+    assert [(step, len(rows)) for step, rows in _table(platform, run.id)] == [(0, 255)]
