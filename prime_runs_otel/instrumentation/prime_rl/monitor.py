@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import queue
 import threading
 import types
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -146,6 +147,7 @@ class PlatformReporting:
         self._tables: set[asyncio.Task[None]] = set()
         self._exit: ExitWatch | None = None
         self._committer: Committer | None = None
+        self._recorder: Recorder | None = None
 
     # -- prime-rl's Monitor ---------------------------------------------------------
 
@@ -158,7 +160,8 @@ class PlatformReporting:
             fields = _trainer_fields(config)
             metadata = {}
         self.delivery = _open(fields, metadata, owner=self.owner)
-        self._committer = Committer(_commit_of(self.delivery))
+        self._recorder = Recorder(self.delivery, self._reject)
+        self._committer = Committer(self._recorder, _commit_of(self.delivery))
         self._exit = ExitWatch(self._end_at_exit)
         where = self.delivery.platform_id or self.delivery.local_id
         logger.info("Logging metrics and episodes to platform run %s (prime-runs-otel)", where)
@@ -188,15 +191,12 @@ class PlatformReporting:
             self._committer.request()
 
     async def log_episodes(self, episodes: list[Any], step: int, kind: str, subset: str) -> None:
-        delivery = self._live()
-        if not self.owner:
+        self._live()
+        if not self.owner or self._recorder is None:
             return
         if subset == "all":
             for episode in episodes:
-                try:
-                    delivery.record(episode)
-                except Exception as exc:
-                    self._reject("episode", f"an episode of step {step} was refused: {exc}")
+                self._recorder.put(episode, step)
             return
         if kind == "train" and episodes and step % STEP_TABLE_INTERVAL == 0:
             self._send_table(list(episodes), step)
@@ -207,6 +207,8 @@ class PlatformReporting:
         delivery = self._live()
         if self._tables:
             await asyncio.gather(*self._tables, return_exceptions=True)
+        if self._recorder is not None:
+            await asyncio.to_thread(self._recorder.drain)
         if self._exit is not None:
             self._exit.disarm()
         if self.rejected:
@@ -261,6 +263,8 @@ class PlatformReporting:
         delivery = self.delivery
         if delivery is None:
             return
+        if self._recorder is not None:
+            self._recorder.drain()
         try:
             delivery.end(status, error, None, {})
         except Exception as exc:
@@ -283,14 +287,55 @@ class PlatformReporting:
             )
 
 
+class Recorder:
+    """Hands each rollout to the run on a thread of its own, so the event
+    loop (prime-rl's dispatch) never waits for the run's producer thread.
+
+    A step's rollouts can arrive faster than the run turns them into spans
+    (a step's worth at once, when a batch completes), and ``Run.record_episode``
+    then waits for room: on the loop, that would stall dispatch for as long.
+    Here the loop only appends to a queue, which holds up to ``CAPACITY``
+    rollouts (prime-rl holds them in its batch anyway) before it too waits.
+    """
+
+    CAPACITY = 8192
+
+    def __init__(self, delivery: Delivery, reject: Callable[[str, str], None]) -> None:
+        self._delivery = delivery
+        self._reject = reject
+        self._queue: queue.Queue[tuple[Any, int]] = queue.Queue(self.CAPACITY)
+        self._thread = threading.Thread(
+            target=self._loop, name="prime-runs-otel-prime-rl-record", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, episode: Any, step: int) -> None:
+        self._queue.put((episode, step))
+
+    def drain(self) -> None:
+        """Every rollout put so far has been handed to the run."""
+        self._queue.join()
+
+    def _loop(self) -> None:
+        while True:
+            episode, step = self._queue.get()
+            try:
+                self._delivery.record(episode)
+            except Exception as exc:
+                self._reject("episode", f"an episode of step {step} was refused: {exc}")
+            finally:
+                self._queue.task_done()
+
+
 class Committer:
     """Commits the run's spans (to the spool, or to the collector) on a
     thread of its own after each step's metrics, so a SIGKILL loses at most
     the step in flight, as prime-rl's requests in flight, instead of what
     the span batch held (seconds of steps). Requests coalesce: one commit
-    covers every step logged before it starts."""
+    covers every step logged before it starts, rollouts handed over first."""
 
-    def __init__(self, commit: Callable[[], object]) -> None:
+    def __init__(self, recorder: Recorder, commit: Callable[[], object]) -> None:
+        self._recorder = recorder
         self._commit = commit
         self._wanted = threading.Event()
         self._thread = threading.Thread(
@@ -306,6 +351,7 @@ class Committer:
             self._wanted.wait()
             self._wanted.clear()
             try:
+                self._recorder.drain()
                 self._commit()
             except Exception as exc:  # the next request tries again
                 logger.debug("prime-rl run: committing its spans failed: %s", exc)
