@@ -412,3 +412,32 @@ def test_a_table_written_while_rollouts_go_out_is_sent_before_the_close(
     [run] = platform.runs()
     assert run.status == "COMPLETED"
     assert [(step, len(rows)) for step, rows in _table(platform, run.id)] == [(0, 255)]
+
+
+def test_patching_waits_for_prime_rl_monitors_and_costs_nothing_before() -> None:
+    """In a fresh process: installing the hook imports nothing but the
+    standard library; importing prime_rl.monitors patches its setup; the
+    pipeline is loaded only when setup runs; uninstall restores it."""
+    script = """
+import sys
+before = set(sys.modules)
+from prime_runs_otel.instrumentation.prime_rl import _hook
+_hook.install()
+loaded = {m for m in set(sys.modules) - before if not m.startswith("_")}
+assert loaded <= {"prime_runs_otel", "prime_runs_otel.instrumentation",
+    "prime_runs_otel.instrumentation.hook", "prime_runs_otel.instrumentation.prime_rl",
+    "prime_runs_otel.instrumentation.prime_rl._hook"}, loaded
+from prime_rl import monitors
+assert hasattr(monitors.setup, _hook.ORIGINAL_ATTRIBUTE)
+assert "prime_runs_otel.run" not in sys.modules
+_hook.uninstall()
+assert not hasattr(monitors.setup, _hook.ORIGINAL_ATTRIBUTE)
+print("ok")
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(STANDIN), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
