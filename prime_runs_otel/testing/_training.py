@@ -66,7 +66,7 @@ class TrainingRuns:
         body = request.json_object()
         team_id = optional_str(body, "team_id")
         allowed_teams = self._platform.allowed_teams
-        if allowed_teams is not None and team_id not in allowed_teams:
+        if team_id is not None and allowed_teams is not None and team_id not in allowed_teams:
             raise detail(403, f"team {team_id} is not enabled for external training runs")
         base_model = required_str(body, "base_model")
         required_int(body, "max_steps")
