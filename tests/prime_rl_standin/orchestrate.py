@@ -8,7 +8,9 @@
 - an eval epoch: its rollouts as they arrive, ``log(effective, step, "eval",
   "effective")``, then its metrics dict (``"step": float(step)``), after the
   train row of the same step;
-- ``finalize`` on a clean exit only; an exception or Ctrl-C leaves it out.
+- ``finalize`` on a clean exit only; an exception or Ctrl-C leaves it out,
+  and an exception ends the process through prime-rl's ``clean_exit``
+  (logged, then ``sys.exit(1)``).
 
 The rollouts are real verifiers ``Episode`` objects built from synthetic
 records. Options make the exit paths: ``--fail-at`` raises, ``--hang-at``
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -143,8 +146,23 @@ async def one_step(args: argparse.Namespace, step: int, with_eval: bool) -> None
         print(f"STEP {step}", flush=True)
 
 
+def clean_exit(func: Any) -> Any:
+    """prime-rl's ``clean_exit`` (``src/prime_rl/utils/utils.py``), which wraps
+    ``run_orchestrator``: an exception is logged and the process exits with
+    ``sys.exit(1)``."""
+
+    async def wrapper(*args: Any) -> Any:
+        try:
+            return await func(*args)
+        except Exception:
+            logging.getLogger("prime_rl").exception(f"Fatal error in {func.__name__}")
+            sys.exit(1)
+
+    return wrapper
+
+
 def main() -> None:
-    asyncio.run(run(parse()))
+    asyncio.run(clean_exit(run)(parse()))
 
 
 if __name__ == "__main__":

@@ -3,11 +3,17 @@
 prime-rl finalizes its run only on a clean exit (``monitors.finalize``);
 otherwise its ``PrimeMonitor`` marks the run ``failed`` from an atexit hook,
 without saying why, and after SIGKILL not at all (the run stays RUNNING).
-Here the exception that ends the process is kept as it reaches the
-interpreter's top level (``sys.excepthook``, which ``asyncio.run`` lets every
-exception reach, Ctrl-C included), and the run is ended at exit with it:
-Ctrl-C → cancelled, an exception → failed with its type and message, an exit
-without either → crashed. After SIGKILL nothing runs in the process; the
+Here the exception that ends the process is kept, and the run is ended at
+exit with it: Ctrl-C → cancelled, an exception → failed with its type and
+message, an exit without either → crashed.
+
+The exception is seen where it leaves: at the interpreter's top level
+(``sys.excepthook``, which ``asyncio.run`` lets every exception reach, Ctrl-C
+included), or, as prime-rl's entry points end, at ``sys.exit(1)`` called
+while it is being handled (prime-rl's ``clean_exit`` decorator logs the
+error and exits so; ``SystemExit`` never reaches ``sys.excepthook``). So
+``sys.exit`` is wrapped too while the run is open: it notes the exception
+in hand and exits as it would. After SIGKILL nothing runs in the process; the
 spool then holds a run without an end whose producer is gone, and the next
 process on the spool (or ``prime-runs-otel push --all``) closes it as
 crashed.
@@ -21,6 +27,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
+from typing import NoReturn
 
 __all__ = ["ExitWatch"]
 
@@ -37,7 +44,9 @@ class ExitWatch:
         self._armed = True
         self._ending: Ending | None = None
         self._previous = sys.excepthook
+        self._exit = sys.exit
         sys.excepthook = self._excepthook
+        sys.exit = self._sys_exit
         atexit.register(self._at_exit)
 
     def disarm(self) -> None:
@@ -46,6 +55,18 @@ class ExitWatch:
         atexit.unregister(self._at_exit)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._previous
+        if sys.exit == self._sys_exit:
+            sys.exit = self._exit
+
+    def _sys_exit(self, status: str | int | None = None) -> NoReturn:
+        handled = sys.exc_info()[1]
+        with self._lock:
+            if self._ending is None and status not in (None, 0):
+                if isinstance(handled, BaseException) and not isinstance(handled, SystemExit):
+                    self._ending = ending_for(handled)
+                else:
+                    self._ending = ("failed", f"the prime-rl process exited with status {status}")
+        self._exit(status)
 
     def _excepthook(
         self,

@@ -19,6 +19,7 @@ kind of item.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -144,7 +145,6 @@ class PlatformReporting:
         self.delivery: Delivery | None = None
         #: Items left out, by kind (``metrics value``, ``episode``, ...).
         self.rejected: dict[str, int] = {}
-        self._tables: set[asyncio.Task[None]] = set()
         self._exit: ExitWatch | None = None
         self._committer: Committer | None = None
         self._recorder: Recorder | None = None
@@ -160,7 +160,7 @@ class PlatformReporting:
             fields = _trainer_fields(config)
             metadata = {}
         self.delivery = _open(fields, metadata, owner=self.owner)
-        self._recorder = Recorder(self.delivery, self._reject)
+        self._recorder = Recorder()
         self._committer = Committer(self._recorder, _commit_of(self.delivery))
         self._exit = ExitWatch(self._end_at_exit)
         where = self.delivery.platform_id or self.delivery.local_id
@@ -196,17 +196,22 @@ class PlatformReporting:
             return
         if subset == "all":
             for episode in episodes:
-                self._recorder.put(episode, step)
+                self._recorder.put(functools.partial(self._record, episode, step))
             return
         if kind == "train" and episodes and step % STEP_TABLE_INTERVAL == 0:
             self._send_table(list(episodes), step)
+
+    def _record(self, episode: Any, step: int) -> None:
+        assert self.delivery is not None
+        try:
+            self.delivery.record(episode)
+        except Exception as exc:
+            self._reject("episode", f"an episode of step {step} was refused: {exc}")
 
     async def finalize(self) -> None:
         """A clean exit: what is still being written lands first, then the run
         completes (the trainer's flushes what it gave and leaves the run)."""
         delivery = self._live()
-        if self._tables:
-            await asyncio.gather(*self._tables, return_exceptions=True)
         if self._recorder is not None:
             await asyncio.to_thread(self._recorder.drain)
         if self._exit is not None:
@@ -223,22 +228,21 @@ class PlatformReporting:
 
     def _send_table(self, episodes: list[Any], step: int) -> None:
         """prime-rl's sample table of ``step``, written and stored off the event
-        loop (as prime-rl writes it in a worker thread), awaited by
-        ``finalize``. In process only: behind a collector, the spool that
-        would keep it is the collector's."""
+        loop (as prime-rl writes it in a worker thread), on the recorder's
+        thread, so that ``finalize`` and the exit path wait for it before the
+        run ends. In process only: behind a collector, the spool that would
+        keep it is the collector's."""
         delivery = self.delivery
-        if not isinstance(delivery, InProcess):
+        if not isinstance(delivery, InProcess) or self._recorder is None:
             return
 
-        async def write_and_keep() -> None:
+        def write_and_keep() -> None:
             try:
-                await asyncio.to_thread(self._write_table, delivery, episodes, step)
+                self._write_table(delivery, episodes, step)
             except Exception as exc:
                 self._reject("sample table", f"the step {step} sample table was refused: {exc}")
 
-        task = asyncio.get_running_loop().create_task(write_and_keep())
-        self._tables.add(task)
-        task.add_done_callback(self._tables.discard)
+        self._recorder.put(write_and_keep)
 
     def _write_table(self, delivery: InProcess, episodes: list[Any], step: int) -> None:
         platform_id = delivery.platform_id or delivery.run.platform_id
@@ -288,8 +292,9 @@ class PlatformReporting:
 
 
 class Recorder:
-    """Hands each rollout to the run on a thread of its own, so the event
-    loop (prime-rl's dispatch) never waits for the run's producer thread.
+    """Hands each rollout (and writes each sample table) on a thread of its
+    own, in order, so the event loop (prime-rl's dispatch) never waits for
+    the run's producer thread.
 
     A step's rollouts can arrive faster than the run turns them into spans
     (a step's worth at once, when a batch completes), and ``Run.record_episode``
@@ -300,29 +305,27 @@ class Recorder:
 
     CAPACITY = 8192
 
-    def __init__(self, delivery: Delivery, reject: Callable[[str, str], None]) -> None:
-        self._delivery = delivery
-        self._reject = reject
-        self._queue: queue.Queue[tuple[Any, int]] = queue.Queue(self.CAPACITY)
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Callable[[], None]] = queue.Queue(self.CAPACITY)
         self._thread = threading.Thread(
             target=self._loop, name="prime-runs-otel-prime-rl-record", daemon=True
         )
         self._thread.start()
 
-    def put(self, episode: Any, step: int) -> None:
-        self._queue.put((episode, step))
+    def put(self, work: Callable[[], None]) -> None:
+        self._queue.put(work)
 
     def drain(self) -> None:
-        """Every rollout put so far has been handed to the run."""
+        """Everything put so far is done."""
         self._queue.join()
 
     def _loop(self) -> None:
         while True:
-            episode, step = self._queue.get()
+            work = self._queue.get()
             try:
-                self._delivery.record(episode)
+                work()  # its own failures are its item's counted rejection
             except Exception as exc:
-                self._reject("episode", f"an episode of step {step} was refused: {exc}")
+                logger.warning("prime-rl run: %s", exc)
             finally:
                 self._queue.task_done()
 
