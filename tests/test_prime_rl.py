@@ -328,7 +328,8 @@ def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
     rows = platform.training_metrics(run.id)
     assert [row["step"] for row in rows] == [0, 1, 2]
     for row in rows:
-        assert row["optim/lr"] == 1e-6  # the trainer's
+        assert row["optim/lr"] == 1e-6  # the trainer's, two dicts a step
+        assert row["perf/throughput"] == 1000.0 + row["step"]
         assert row["progress/rollouts"] == 4  # the orchestrator's
 
     alone = subprocess.run(

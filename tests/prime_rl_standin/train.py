@@ -1,6 +1,8 @@
-"""The trainer's reporting in prime-rl: rank 0 calls ``monitors.setup``
-without a prime config (the trainer's monitors config has none), then logs
-its own metrics (perf, optimizer) every step and finalizes."""
+"""The trainer's reporting in prime-rl (``src/prime_rl/trainer/rl/train.py``):
+rank 0 calls ``monitors.setup`` without a prime config (the trainer's
+monitors config has none), each in its own ``asyncio.run``, then logs its
+own metrics (perf, optimizer) every step, one ``asyncio.run(monitors.log(...))``
+per dict, and never calls ``finalize``."""
 
 from __future__ import annotations
 
@@ -12,14 +14,12 @@ from prime_rl import monitors
 from prime_rl.configs.orchestrator import TrainerConfig
 
 
-async def run(output_dir: Path, steps: int) -> None:
+def run(output_dir: Path, steps: int) -> None:
     cfg = TrainerConfig(max_steps=steps, output_dir=output_dir)
-    await monitors.setup(wandb=None, file=None, output_dir=output_dir, run_config=cfg)
+    asyncio.run(monitors.setup(wandb=None, file=None, output_dir=output_dir, run_config=cfg))
     for step in range(steps):
-        await monitors.log(
-            {"optim/lr": 1e-6, "perf/throughput": 1000.0 + step, "step": step}, step=step
-        )
-    await monitors.finalize()
+        asyncio.run(monitors.log({"perf/throughput": 1000.0 + step}, step=step))
+        asyncio.run(monitors.log({"optim/lr": 1e-6}, step=step))
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--max-steps", type=int, default=12)
     args = parser.parse_args()
-    asyncio.run(run(args.output_dir, args.max_steps))
+    run(args.output_dir, args.max_steps)
 
 
 if __name__ == "__main__":
