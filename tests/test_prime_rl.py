@@ -442,3 +442,22 @@ print("ok")
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_prime_rl_whose_monitors_are_not_the_known_ones_reports_itself() -> None:
+    """A prime_rl.monitors without the ``Monitor`` base this instrumentation
+    subclasses: setup runs as prime-rl wrote it, prime config included."""
+    import asyncio
+    import types
+
+    from prime_runs_otel.instrumentation.prime_rl.monitor import patched_setup
+
+    calls: list[dict[str, Any]] = []
+
+    async def setup(prime: Any = None, **kwargs: Any) -> None:
+        calls.append({"prime": prime, **kwargs})
+
+    prime = object()
+    module = types.ModuleType("prime_rl.monitors")
+    asyncio.run(patched_setup(module, setup, (), {"prime": prime, "output_dir": "out"}))
+    assert calls == [{"prime": prime, "output_dir": "out"}]

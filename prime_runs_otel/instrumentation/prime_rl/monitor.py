@@ -69,13 +69,24 @@ async def patched_setup(
     as ``PrimeMonitor`` is, and a run that cannot be opened at all (a
     malformed setting) stops ``setup`` as ``PrimeMonitor``'s would.
     """
-    bound = inspect.signature(original).bind(*args, **kwargs)
+    try:
+        bound = inspect.signature(original).bind(*args, **kwargs)
+        base = module.Monitor
+    except (TypeError, ValueError, AttributeError) as exc:
+        # Another prime-rl's setup: it reports the run itself, as it would.
+        logger.warning(
+            "prime-rl's monitors.setup is not the one this instrumentation knows (%s); "
+            "prime-rl reports its run itself",
+            exc,
+        )
+        await original(*args, **kwargs)
+        return
     prime = bound.arguments.get("prime")
     owner = prime is not None
     if _rank() != 0 or not (owner or _trainer_opted_in()) or not exporter_names():
         await original(*args, **kwargs)
         return
-    reporter: PlatformReporting | None = platform_monitor(module.Monitor)(prime, owner=owner)
+    reporter: PlatformReporting | None = platform_monitor(base)(prime, owner=owner)
     config = bound.arguments.get("run_config")
     assert reporter is not None
     if owner:
