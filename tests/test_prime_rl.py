@@ -461,3 +461,25 @@ def test_a_prime_rl_whose_monitors_are_not_the_known_ones_reports_itself() -> No
     module = types.ModuleType("prime_rl.monitors")
     asyncio.run(patched_setup(module, setup, (), {"prime": prime, "output_dir": "out"}))
     assert calls == [{"prime": prime, "output_dir": "out"}]
+
+
+def test_one_launcher_command_reaches_the_orchestrator_and_the_trainer(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """`prime-runs-otel run -- rl ...`: `rl` starts the trainer and the
+    orchestrator as child processes at once; both are instrumented, and the
+    run holds the rows of both."""
+    command = _command(
+        "launcher",
+        str(STANDIN / "rl.py"),
+        str(tmp_path / "outputs"),
+        *("--max-steps", "3", "--eval-steps", "", "--quiet-steps"),
+    )
+    env = _env(platform, PRIME_RUNS_OTEL_PRIME_RL_TRAINER="true")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [run] = platform.runs()
+    assert run.status == "COMPLETED"
+    rows = platform.training_metrics(run.id)
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    assert all("optim/lr" in row and "progress/rollouts" in row for row in rows), rows

@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 #: ``rl`` launch (``$PRL_RUN_ID``, or ``$RUN_ID`` when attached), which the
 #: orchestrator owns and ends.
 TRAINER_ENV = "PRIME_RUNS_OTEL_PRIME_RL_TRAINER"
+#: How long the trainer's process waits at exit for its rows to be delivered.
+WORKER_EXIT_TIMEOUT = 30.0
 #: How long ``setup`` waits for the platform to register the run, as
 #: ``PrimeMonitor`` does before training starts (past it, training starts
 #: and the run is registered when the platform answers).
@@ -280,10 +282,30 @@ class PlatformReporting:
             return
         if self._recorder is not None:
             self._recorder.drain()
+        if not self.owner:
+            self._deliver_before_leaving(delivery)
         try:
             delivery.end(status, error, None, {})
         except Exception as exc:
             logger.warning("prime-rl run: ending it as %s failed: %s", status, exc)
+
+    @staticmethod
+    def _deliver_before_leaving(delivery: Delivery) -> None:
+        """The trainer's rows reach the platform before its process exits
+        (up to ``WORKER_EXIT_TIMEOUT``): the orchestrator may have closed the
+        run already, and nobody else would deliver them before the next
+        ``prime-runs-otel push``. A run the platform has not registered yet
+        keeps them for its owner to deliver, once it registers it."""
+        try:
+            if isinstance(delivery, InProcess) and delivery.run.platform_id is None:
+                return
+            if not delivery.flush(WORKER_EXIT_TIMEOUT):
+                logger.warning(
+                    "prime-rl trainer: its metrics are not all delivered yet; they stay in the "
+                    "spool for the orchestrator (or `prime-runs-otel push`) to deliver"
+                )
+        except Exception as exc:
+            logger.warning("prime-rl trainer: delivering its metrics failed: %s", exc)
 
     def _live(self) -> Delivery:
         if self.delivery is None:
