@@ -194,17 +194,17 @@ def _hang_then(
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "HANG"
     if how != "own":
-        _wait_for_the_spool(rows=2)
+        _wait_for_the_spool(rows=2, episodes=2 * 4 + 2)
     process.send_signal(sig)
     process.communicate(timeout=120)
     return process
 
 
-def _wait_for_the_spool(rows: int) -> None:
-    """Until the spool holds ``rows`` metrics rows of the run (committed
-    after each step, see ``Committer``) and the step 0 sample table (written
-    on a worker thread): a signal before that would test how fast those are,
-    not the exit path."""
+def _wait_for_the_spool(rows: int, episodes: int) -> None:
+    """Until the spool holds ``rows`` metrics rows and ``episodes`` rollouts
+    of the run (committed after each step, see ``Committer``) and the step 0
+    sample table (written on a worker thread): a signal before that would
+    test how fast those are, not the exit path."""
     spool = Spool(resolve_settings().spool_path, max_bytes=10**9)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -213,11 +213,12 @@ def _wait_for_the_spool(rows: int) -> None:
             local_id = runs[0].local_id
             if (
                 sum(spool.metrics_counts(local_id).values()) >= rows
+                and runs[0].episodes >= episodes
                 and spool.step_upload_count(local_id, 0) >= 1
             ):
                 return
         time.sleep(0.05)
-    raise AssertionError(f"the spool never held {rows} metrics rows and the step 0 table")
+    raise AssertionError(f"the spool never held {rows} rows, {episodes} rollouts and a table")
 
 
 def _push_all(platform: FakePlatform) -> None:
