@@ -53,7 +53,9 @@ def insert_metrics(
             "VALUES (?, ?, ?, 'pending', ?) ON CONFLICT (run_id, step) DO UPDATE SET "
             "row = json_patch(metrics.row, excluded.row), state = 'pending', "
             "updated_at = excluded.updated_at "
-            "WHERE metrics.row != json_patch(metrics.row, excluded.row)",
+            # json(): the stored text minified, as json_patch writes it, so an
+            # identical copy compares equal whatever spacing the row was stored in.
+            "WHERE json(metrics.row) != json_patch(metrics.row, excluded.row)",
             (run_id, item.step, json.dumps(item.row(), sort_keys=True), now),
         )
 
