@@ -24,6 +24,7 @@ def main() -> None:
         run("in_process.py", "--episodes", "300", "--rounds", "1")
         run("in_process.py", "--episodes", "300", "--rounds", "1", "--rate", "400")
         run("instrumentation.py", "--episodes", "200", "--rounds", "1")
+        run("prime_rl_reporting.py", "--rollouts", "64", "--steps", "3", "--rounds", "1")
         run("offered_load.py", "--rates", "500,2000", "--duration", "5")
         run("collector.py", "--episodes", "500")
         run("hostile.py", "--mib", "2", "--episodes", "1000", "--bodies", "2")
@@ -41,6 +42,7 @@ def main() -> None:
         ):
             run("in_process.py", "--episodes", count, "--rounds", "1", "--size", size)
         run("instrumentation.py", "--episodes", "1000", "--rounds", "3")
+        run("prime_rl_reporting.py", "--rollouts", "256", "--steps", "11", "--rounds", "2")
         run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
         run("collector.py", "--rounds", "3")
         run("hostile.py")

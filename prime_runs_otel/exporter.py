@@ -406,6 +406,13 @@ class PrimeRunsSpanExporter(SpanExporter):
 
     # -- waiting on delivery ------------------------------------------------
 
+    def add_step_table(self, local_id: str, step: int, body: bytes) -> None:
+        """Keep a training step's Parquet sample table, built elsewhere, with
+        the run in the spool, and have the uploader send it."""
+        self.spool.begin_step_upload(local_id, step, (), body, 0)
+        if self._uploader is not None and os.getpid() == self._owner_pid:
+            self._uploader.wake()
+
     def _wait_for_run(self, local_id: str, timeout: float) -> None:
         """A run that has ended is waited on until it is closed; one that is
         still fed by another process only until what this process gave is

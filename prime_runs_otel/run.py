@@ -549,12 +549,30 @@ class Run:
         provider = self._provider
         return not isinstance(provider, RunTracerProvider) or provider.processors_added > 1
 
+    def add_step_table(self, step: int, body: bytes) -> None:
+        """Send one training step's sample table, already written as Parquet
+        (by an instrumentation reproducing another reporter's table, see
+        ``instrumentation/prime_rl``): kept in the spool with the run first,
+        then presign → PUT → confirm like the legacy step tables, whichever
+        sink the run's episodes go to. The run is registered by then (its
+        spans are flushed first), and the close waits for the table."""
+        with self._lock:
+            if self._finished:
+                raise RunFinishedError(
+                    f"run {self.id} is finished; its samples can no longer change"
+                )
+        if self.settings.mode == "disabled":
+            return
+        self._provider.force_flush()
+        self._exporter.add_step_table(self.id, step, body)
+
     def log_metrics(self, values: Mapping[str, Any], *, step: int | None = None) -> int | None:
         """Report one training step's metrics; returns the step.
 
         ``step`` (or ``values["step"]``) is required. Non-finite numbers are
         dropped, and each row gets a ``_timestamp``. The platform keeps one
-        row per step, so logging a step again replaces its row. An eval run
+        row per step, so logging a step again adds its values to that row
+        (a name logged again takes the new value). An eval run
         has no step metrics: there this does nothing (and says so once).
         """
         with self._lock:
@@ -643,6 +661,14 @@ class Run:
         if self.settings.mode == "online":
             self._exporter.wait_registered(self.id, timeout)
         return self.snapshot()
+
+    def commit(self) -> None:
+        """Everything recorded and logged so far is in the spool (or with the
+        run's other exporters) once this returns, delivered or not: what a
+        SIGKILL afterwards cannot take. Blocks for one export; call it off
+        any thread whose latency matters."""
+        self._handoff.drain()
+        self._provider.force_flush()
 
     def wait_delivered(self, timeout: float) -> bool:
         """Flush the run's spans and wait (up to ``timeout``) until the
@@ -765,8 +791,9 @@ def start_run(
     environment.
 
     ``kind="train"`` opens a training run: ``model`` is the base model,
-    ``max_steps`` to ``wandb_run_name`` what it is registered with, and a team
-    is required (``team_id`` or ``PRIME_TEAM_ID``). Every process feeding one
+    ``max_steps`` to ``wandb_run_name`` what it is registered with, and its
+    team (``team_id`` or ``PRIME_TEAM_ID``) if it has one: without, it belongs
+    to the user's own account, as prime-rl registers it. Every process feeding one
     training run passes the same ``run_id``; the one that owns the run (the
     trainer, which logs the step metrics) keeps ``owns_run=True`` and ends it,
     the others (inference workers, an orchestrator) pass ``owns_run=False``.
@@ -801,7 +828,7 @@ def start_run(
         )
     )
     if kind == "train":
-        _check_training_run(settings, model=model, team_id=team_id, attach=attach)
+        _check_training_run(settings, model=model, attach=attach)
     resource = run_resource(
         run_id=run_id,
         kind=kind,
@@ -851,9 +878,7 @@ def start_run(
     return run
 
 
-def _check_training_run(
-    settings: Settings, *, model: str | None, team_id: str | None, attach: str | None
-) -> None:
+def _check_training_run(settings: Settings, *, model: str | None, attach: str | None) -> None:
     """What a training run needs to reach the platform, checked before any
     span: a run that cannot be registered is better refused at start than
     found unregistered after days of training."""
@@ -861,11 +886,6 @@ def _check_training_run(
         return
     if attach is None and not model:
         raise ConfigError("a training run needs its base model: pass model=... to start_run()")
-    if attach is None and not (team_id or settings.team_id):
-        raise ConfigError(
-            "a training run needs a team: pass team_id=... or set PRIME_TEAM_ID. External "
-            "training runs belong to a team, and the platform enables them per team"
-        )
     if settings.traces_opt_out and not parquet_available():
         raise ConfigError(
             "opting out of Prime Traces sends a training run's samples to the legacy step "

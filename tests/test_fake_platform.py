@@ -637,7 +637,9 @@ def test_rft_endpoints(fake: FakePlatform) -> None:
 
     spec = {"base_model": "org/m", "max_steps": 3, "environments": [{"id": "env"}]}
     assert post("/rft/external-runs", {**spec, "team_id": "team-b"}).status_code == 403
-    assert post("/rft/external-runs", spec).status_code == 422
+    personal = post("/rft/external-runs", spec)  # no team: the user's own account
+    assert personal.status_code == 201
+    assert fake.run(personal.json()["run"]["id"]).team_id is None
     created = post("/rft/external-runs", {**spec, "team_id": "team-a", "name": "rl"})
     assert created.status_code == 201
     run = created.json()["run"]

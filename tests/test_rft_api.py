@@ -72,6 +72,12 @@ def test_create_registers_the_run_with_its_fields(teams: FakePlatform) -> None:
     assert api.status_of(created["id"]) == "running"
 
 
+def test_a_run_without_a_team_is_sent_without_one() -> None:
+    """As prime-rl sends it: the run then belongs to the user's own account."""
+    assert "team_id" not in _payload(team_id=None)
+    assert _payload()["team_id"] == "team-a"
+
+
 def test_a_team_the_platform_does_not_allow_is_refused_for_good(teams: FakePlatform) -> None:
     with pytest.raises(PlatformError) as caught:
         _api(teams).create(_payload(team_id="team-b"))
@@ -82,7 +88,6 @@ def test_a_team_the_platform_does_not_allow_is_refused_for_good(teams: FakePlatf
 @pytest.mark.parametrize(
     ("overrides", "hint"),
     [
-        ({"team_id": None}, "PRIME_TEAM_ID"),
         ({"base_model": ""}, "model="),
         ({"training": TrainingFields(max_steps=-1)}, "max_steps"),
     ],

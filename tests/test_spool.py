@@ -265,3 +265,32 @@ def test_a_spool_without_the_later_columns_tables_and_triggers_is_upgraded_in_pl
         assert owner == ("someone-else",)
     finally:
         db.close()
+
+
+def test_an_identical_metrics_row_changes_nothing_and_a_new_value_is_added(
+    tmp_path: Path,
+) -> None:
+    """A collector's retry of a delivered row leaves it delivered; another
+    row of the same step adds its values and makes the row pending again."""
+    from prime_runs_otel.deliver.spool.steps import insert_metrics
+    from prime_runs_otel.read.records import RunMetrics
+
+    spool = Spool(tmp_path / "spool.sqlite3", max_bytes=10**9)
+    first = RunMetrics(3, {"loss": 1.0, "lr": 1e-06}, 5.0)
+    with spool._transaction() as db:
+        insert_metrics(db, "run", [first], 5.0)
+    [row] = spool.pending_metrics("run")
+    assert spool.end_metrics("run", row, "delivered")
+    with spool._transaction() as db:
+        insert_metrics(db, "run", [first], 6.0)
+    assert spool.metrics_counts("run") == {"delivered": 1}
+    with spool._transaction() as db:
+        insert_metrics(db, "run", [RunMetrics(3, {"eval/reward": 0.5}, 7.0)], 7.0)
+    [row] = spool.pending_metrics("run")
+    assert json.loads(row.row) == {
+        "loss": 1.0,
+        "lr": 1e-06,
+        "eval/reward": 0.5,
+        "step": 3,
+        "_timestamp": 7.0,
+    }

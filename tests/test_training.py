@@ -232,11 +232,19 @@ def test_a_trainer_that_dies_leaves_the_run_crashed(rl: FakePlatform) -> None:
     assert [row["step"] for row in rl.training_metrics(run.id)] == [0, 10]
 
 
-def test_a_training_run_without_a_team_is_refused_at_start(online: FakePlatform) -> None:
-    with pytest.raises(pro.ConfigError, match="PRIME_TEAM_ID"):
-        pro.start_run(kind="train", model="base/policy", environments=["gsm8k-demo"])
+def test_a_training_run_without_a_base_model_is_refused_at_start(online: FakePlatform) -> None:
     with pytest.raises(pro.ConfigError, match="base model"):
         pro.start_run(kind="train", team_id=TEAM)
+
+
+def test_a_training_run_without_a_team_is_registered_without_one(online: FakePlatform) -> None:
+    """As prime-rl registers it: the team is sent only when there is one."""
+    run = pro.start_run(kind="train", model="base/policy", environments=["gsm8k-demo"])
+    result = run.finish(timeout=30)
+    assert result.closed, result.describe()
+    [registered] = online.runs()
+    assert "team_id" not in registered.create_payload
+    assert registered.status == "COMPLETED"
 
 
 def test_opting_out_without_pyarrow_is_refused_at_start(
@@ -291,3 +299,18 @@ def test_the_rl_loop_example_reports_a_training_run(rl: FakePlatform) -> None:
     assert len(episodes) == 3 * 4 * 2
     rewards = [episode["traces"][0]["rewards"]["reward"]["score"] for episode in episodes]
     assert set(rewards) <= {0.0, 1.0} and 0.0 < sum(rewards) < len(rewards)
+
+
+def test_a_step_logged_again_adds_its_values_to_the_row(online: FakePlatform) -> None:
+    """prime-rl logs an eval row for a step that has its train row, and its
+    trainer logs several dicts per step: the platform keeps one row per step,
+    so the spool keeps every value of the step in it, the later value of a
+    name logged twice."""
+    run = pro.start_run(kind="train", model="base/policy", environments=["gsm8k-demo"])
+    run.log_metrics({"loss": 1.0, "reward": 0.25}, step=3)
+    run.log_metrics({"eval/reward": 0.5, "reward": 0.75}, step=3)
+    result = run.finish(timeout=30)
+    assert result.closed, result.describe()
+    [registered] = online.runs()
+    [row] = online.training_metrics(registered.id)
+    assert (row["step"], row["loss"], row["reward"], row["eval/reward"]) == (3, 1.0, 0.75, 0.5)

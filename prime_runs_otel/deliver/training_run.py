@@ -153,6 +153,10 @@ class TrainingLifecycle:
                 return
             self._deliver_metrics(reload(self._spool, run))
             run = reload(self._spool, run)
+            # A sample table handed in while the episodes went out (see
+            # Run.add_step_table) is sent before the close: it was stored
+            # before the run's end, which this reload sees.
+            self._stream.resume(run)
             if not self._metrics_pending(run) and self._stragglers.ready_to_close(self._spool, run):
                 self._close(run)
         except PlatformError as exc:

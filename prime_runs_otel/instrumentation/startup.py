@@ -14,7 +14,10 @@ import sys
 __all__ = ["HOOK_MODULES", "install_hooks"]
 
 #: The hook module of each instrumentation the launcher reaches.
-HOOK_MODULES = ("prime_runs_otel.instrumentation.prime_runs._hook",)
+HOOK_MODULES = (
+    "prime_runs_otel.instrumentation.prime_runs._hook",
+    "prime_runs_otel.instrumentation.prime_rl._hook",
+)
 
 
 def install_hooks() -> None:

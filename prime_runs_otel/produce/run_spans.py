@@ -131,7 +131,8 @@ def emit_metrics(
     ``step`` is required, here or as ``values["step"]`` (which wins, as in
     prime-runs). Non-finite numbers are dropped rather than refused: a NaN
     loss is a fact about the step, not a reason to lose the whole row. The
-    platform keeps one row per step, so logging a step again replaces it.
+    platform keeps one row per step, so the spool adds a step logged again
+    to its row.
     ``metrics`` records the row's numbers as the run's ``prime.run.metric``
     gauge too, in the span's context (a dashboard's exemplar leads to it).
     """

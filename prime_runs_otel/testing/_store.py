@@ -108,6 +108,8 @@ class Store:
     samples: dict[str, list[JSONObject]] = field(default_factory=dict)
     #: One metrics row per step, by training run id.
     training_metrics: dict[str, list[JSONObject]] = field(default_factory=dict)
+    #: Every metrics row as it was posted, by training run id, in arrival order.
+    metrics_posts: dict[str, list[JSONObject]] = field(default_factory=dict)
     #: Confirmed step sample objects, by training run id.
     step_samples: dict[str, list[FakeStepSamples]] = field(default_factory=dict)
     #: Environments resolved by name, by (team id, name).

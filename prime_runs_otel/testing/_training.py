@@ -1,8 +1,10 @@
 """The RFT API's external training runs, and the bucket behind its presigned
 sample URLs.
 
-A training run belongs to a team (``allowed_teams`` limits which), keeps one
-metrics row per step (a replayed step replaces its row), and closes through
+A training run belongs to a team (``allowed_teams`` limits which) or, created
+without one (as prime-rl does when no team is configured), to its user's own
+account; it keeps one metrics row per step (a replayed step replaces its row,
+every posted row is kept in arrival order too), and closes through
 its status or ``/finalize``, which succeeds on a run that is closed already.
 Step sample objects go through presign → PUT → confirm: the PUT reaches the
 bucket without a token (the signature in the URL is the grant), and a
@@ -63,10 +65,8 @@ class TrainingRuns:
     def _create(self, request: Request, match: re.Match[str]) -> Response:
         body = request.json_object()
         team_id = optional_str(body, "team_id")
-        if not team_id:
-            raise unprocessable("`team_id` is required: external training runs belong to a team")
         allowed_teams = self._platform.allowed_teams
-        if allowed_teams is not None and team_id not in allowed_teams:
+        if team_id is not None and allowed_teams is not None and team_id not in allowed_teams:
             raise detail(403, f"team {team_id} is not enabled for external training runs")
         base_model = required_str(body, "base_model")
         required_int(body, "max_steps")
@@ -120,6 +120,7 @@ class TrainingRuns:
             run = self._training_run(required_str(body, "run_id"))
             rows = self._store.training_metrics.setdefault(run.id, [])
             _upsert_step(rows, copy.deepcopy(metrics))
+            self._store.metrics_posts.setdefault(run.id, []).append(copy.deepcopy(metrics))
         return json_response(200, {"run_id": run.id, "step": metrics.get("step")})
 
     def _finalize(self, request: Request, match: re.Match[str]) -> Response:

@@ -303,6 +303,11 @@ class FakePlatform:
         with self._store.lock:
             return copy.deepcopy(self._store.training_metrics.get(run_id, []))
 
+    def metrics_posts(self, run_id: str) -> list[JSONObject]:
+        """Every metrics row posted for ``run_id``, as posted, in arrival order."""
+        with self._store.lock:
+            return copy.deepcopy(self._store.metrics_posts.get(run_id, []))
+
     def training_samples(self, run_id: str) -> list[FakeStepSamples]:
         with self._store.lock:
             return list(self._store.step_samples.get(run_id, []))

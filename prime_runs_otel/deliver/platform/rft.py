@@ -110,18 +110,13 @@ def external_run_payload(
     """The body of ``POST /rft/external-runs``.
 
     Raises :class:`ConfigError` for what the API would refuse anyway, with
-    what to set instead: the platform enables external training runs per
-    team, so a run without a team cannot exist.
+    what to set instead. ``team_id`` is sent only when set, as prime-rl
+    sends it: a run without one belongs to its user's own account.
     """
     if not base_model:
         raise ConfigError(
             "a training run needs its base model: pass model=... to start_run() or set "
             "prime.run.model on the Resource"
-        )
-    if not team_id:
-        raise ConfigError(
-            "a training run needs a team: pass team_id=... or set PRIME_TEAM_ID. External "
-            "training runs belong to a team, and the platform enables them per team"
         )
     if training.max_steps < 0:
         raise ConfigError(f"max_steps must be 0 (unknown) or more, got {training.max_steps}")
@@ -130,9 +125,9 @@ def external_run_payload(
         "max_steps": int(training.max_steps),
         # Passed through as given: the RFT API resolves hub names itself.
         "environments": [{"id": reference} for reference in environments],
-        "team_id": team_id,
     }
     optional: dict[str, Any] = {
+        "team_id": team_id or None,
         "name": name,
         "batch_size": training.batch_size,
         "rollouts_per_example": training.rollouts_per_example,

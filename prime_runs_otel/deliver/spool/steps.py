@@ -40,15 +40,22 @@ class StepUpload:
 def insert_metrics(
     db: sqlite3.Connection, run_id: str, metrics: Sequence[RunMetrics], now: float
 ) -> None:
-    """One row per step, as the platform keeps them: a step logged again
-    replaces its row (and is sent again); an identical copy (a collector's
-    retry) changes nothing."""
+    """One row per step, as the platform keeps them: a step logged again adds
+    its values to the row, a name logged again taking the new value (and the
+    row is sent again, whole); an identical copy (a collector's retry)
+    changes nothing. Added, not replaced: several rows of one step are
+    usual (prime-rl's eval row after its train row, a trainer's rows beside
+    the orchestrator's), and the platform keeps one row per step, so a
+    replacement would lose the earlier row's values."""
     for item in metrics:
         db.execute(
             "INSERT INTO metrics (run_id, step, row, state, updated_at) "
             "VALUES (?, ?, ?, 'pending', ?) ON CONFLICT (run_id, step) DO UPDATE SET "
-            "row = excluded.row, state = 'pending', updated_at = excluded.updated_at "
-            "WHERE metrics.row != excluded.row",
+            "row = json_patch(metrics.row, excluded.row), state = 'pending', "
+            "updated_at = excluded.updated_at "
+            # json(): the stored text minified, as json_patch writes it, so an
+            # identical copy compares equal whatever spacing the row was stored in.
+            "WHERE json(metrics.row) != json_patch(metrics.row, excluded.row)",
             (run_id, item.step, json.dumps(item.row(), sort_keys=True), now),
         )
 

@@ -1,0 +1,1 @@
+"""A stand-in of prime-rl's reporting (see the README beside this package)."""

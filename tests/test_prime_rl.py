@@ -1,0 +1,486 @@
+"""prime-rl's reporting, unchanged, through this package: the stand-in of
+prime-rl's monitors and orchestrator loop (``tests/prime_rl_standin``, which
+names the prime-rl commit it follows) run once with prime-rl's own
+``PrimeMonitor`` and once under ``opentelemetry-instrument`` or
+``prime-runs-otel run --``, against the same fake platform, and what each
+leaves there compared field by field, for every way the loop can end."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.deliver.platform.rft import RftAPI, TrainingFields, external_run_payload
+from prime_runs_otel.deliver.spool import Spool
+from prime_runs_otel.testing import FakePlatform
+
+STANDIN = Path(__file__).resolve().parent / "prime_rl_standin"
+ORCHESTRATE = str(STANDIN / "orchestrate.py")
+TRAIN = str(STANDIN / "train.py")
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.xdist_group("prime-rl")
+
+#: opentelemetry-instrument, delivering in process (the distro's default is OTLP).
+INSTRUMENT_ENV = {
+    "OTEL_TRACES_EXPORTER": "prime_runs",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
+
+
+def _env(platform: FakePlatform, **extra: str) -> dict[str, str]:
+    """The process environment prime-rl is launched with: its API base and
+    key, and the stand-in on ``PYTHONPATH`` (tests only)."""
+    env = dict(os.environ)
+    env.update(platform.client_env())
+    env["PRIME_API_BASE"] = f"{platform.url}/api/v1/rft"
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(STANDIN), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
+    env.update(extra)
+    return env
+
+
+def _command(how: str, script: str, *args: str) -> list[str]:
+    python = [sys.executable, script, *args]
+    if how == "own":
+        return python
+    if how == "instrument":
+        return [str(BIN / "opentelemetry-instrument"), *python]
+    if how == "launcher":
+        return [sys.executable, "-m", "prime_runs_otel.cli", "run", "--", *python]
+    raise ValueError(how)
+
+
+def _orchestrate(
+    how: str, platform: FakePlatform, tmp_path: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    out = tmp_path / "outputs"  # one for both sides: it is in the run config
+    if how == "instrument":
+        env = {**INSTRUMENT_ENV, **env}
+    return subprocess.run(
+        _command(how, ORCHESTRATE, "--output-dir", str(out), *args),
+        env=_env(platform, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _new_run(platform: FakePlatform, before: set[str]) -> Any:
+    [run] = [run for run in platform.runs() if run.id not in before]
+    return run
+
+
+def _ids(platform: FakePlatform) -> set[str]:
+    return {run.id for run in platform.runs()}
+
+
+def _table(platform: FakePlatform, run_id: str) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Each confirmed Parquet object's step and rows, run id and time left out."""
+    tables = []
+    for stored in platform.training_samples(run_id):
+        rows = pq.read_table(io.BytesIO(stored.data)).to_pylist()
+        for row in rows:
+            assert row.pop("run_id") == run_id
+            row.pop("created_at")
+        tables.append((stored.step, rows))
+    return sorted(tables, key=lambda item: item[0])
+
+
+def _schema(platform: FakePlatform, run_id: str) -> list[tuple[str, str]]:
+    [first, *_] = platform.training_samples(run_id)
+    schema = pq.read_schema(io.BytesIO(first.data))
+    return [(field.name, str(field.type)) for field in schema]
+
+
+def _posted_rows(platform: FakePlatform, run_id: str) -> dict[int, dict[str, Any]]:
+    """Every metrics row posted, merged per step (what a platform keeping
+    every key of a step holds), without this package's ``_timestamp``."""
+    merged: dict[int, dict[str, Any]] = {}
+    for row in platform.metrics_posts(run_id):
+        row = {key: value for key, value in row.items() if key != "_timestamp"}
+        merged.setdefault(int(row["step"]), {}).update(row)
+    for row in merged.values():
+        row["step"] = int(row["step"])
+    return merged
+
+
+# -- the same loop, reported through this package -----------------------------------
+
+
+def _compare(platform: FakePlatform, own: Any, ours: Any, *, steps: int, tables: list[int]) -> None:
+    """What prime-rl's own monitor left against what this package left: the
+    same create request, the same row for every step prime-rl's row reached
+    the platform, every one of the ``steps`` rows, and the same sample
+    tables (at steps ``tables``).
+
+    prime-rl's metrics rows and uploads are fire-and-forget tasks: one whose
+    request fails (a dropped connection) is a warning and a hole, and those
+    still in flight when the loop dies (an exception, Ctrl-C, SIGKILL) die
+    with it. So what it left is compared as a part of what this package
+    left, which holds every row and table logged."""
+    assert ours.create_payload == own.create_payload
+    rows = _posted_rows(platform, ours.id)
+    assert sorted(rows) == list(range(steps))
+    for step, row in _posted_rows(platform, own.id).items():
+        assert rows[step] == row
+    ours_tables = _table(platform, ours.id)
+    assert [step for step, _ in ours_tables] == tables
+    assert all(table in ours_tables for table in _table(platform, own.id))
+    if platform.training_samples(own.id):
+        assert _schema(platform, ours.id) == _schema(platform, own.id)
+
+
+def test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """prime-rl's PrimeMonitor posts every metrics row as it is (the eval row
+    of a step after its train row, with a float step; NaN dropped), writes
+    the effective train cohort of every 10th step as one Parquet object, and
+    finalizes the run on a clean exit. Under opentelemetry-instrument and
+    under the launcher the platform gets the same, and every rollout."""
+    args = ("--name", "standin", "--nan-at", "3", "--quiet-steps")
+    done = _orchestrate("own", platform, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    own = _new_run(platform, set())
+    assert own.status == "COMPLETED"
+    assert own.create_payload["name"] == "standin"
+    assert "team_id" not in own.create_payload
+    posts = platform.metrics_posts(own.id)
+    assert {type(p["step"]) for p in posts if "eval/gsm8k-demo/reward/mean/all" in p} == {float}
+    assert all("train/agg/loss/mean" not in post for post in posts)
+    assert [(step, len(rows)) for step, rows in _table(platform, own.id)] == [(0, 3), (10, 3)]
+    assert not platform.episodes(own.id)
+
+    for how in ("instrument", "launcher"):
+        before = _ids(platform)
+        done = _orchestrate(how, platform, tmp_path, *args)
+        assert done.returncode == 0, done.stderr
+        ours = _new_run(platform, before)
+        _compare(platform, own, ours, steps=12, tables=[0, 10])
+        assert ours.status == "COMPLETED"
+        # Beyond prime-rl: every rollout (12 steps x 4, two evals x 2) on Prime Traces.
+        assert len(platform.episodes(ours.id)) == 12 * 4 + 2 * 2
+
+
+# -- every way the loop ends ---------------------------------------------------------------
+
+
+def _hang_then(
+    how: str, platform: FakePlatform, tmp_path: Path, sig: signal.Signals
+) -> subprocess.Popen[str]:
+    """The loop stopped at step 2 by ``sig`` (SIGINT is Ctrl-C)."""
+    env = _env(platform, **(INSTRUMENT_ENV if how == "instrument" else {}))
+    args = ("--output-dir", str(tmp_path / "outputs"), "--hang-at", "2", "--quiet-steps")
+    process = subprocess.Popen(
+        _command(how, ORCHESTRATE, *args),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "HANG"
+    if how != "own":
+        _wait_for_the_spool(rows=2, episodes=2 * 4 + 2)
+    process.send_signal(sig)
+    process.communicate(timeout=120)
+    return process
+
+
+def _wait_for_the_spool(rows: int, episodes: int) -> None:
+    """Until the spool holds ``rows`` metrics rows and ``episodes`` rollouts
+    of the run (committed after each step, see ``Committer``) and the step 0
+    sample table (written on a worker thread): a signal before that would
+    test how fast those are, not the exit path."""
+    spool = Spool(resolve_settings().spool_path, max_bytes=10**9)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = spool.runs()
+        if runs:
+            local_id = runs[0].local_id
+            if (
+                sum(spool.metrics_counts(local_id).values()) >= rows
+                and runs[0].episodes >= episodes
+                and spool.step_upload_count(local_id, 0) >= 1
+            ):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"the spool never held {rows} rows, {episodes} rollouts and a table")
+
+
+def _push_all(platform: FakePlatform) -> None:
+    pushed = subprocess.run(
+        [sys.executable, "-m", "prime_runs_otel.cli", "push", "--all"],
+        env=_env(platform),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+
+def test_an_exception_fails_the_run_with_its_reason(platform: FakePlatform, tmp_path: Path) -> None:
+    """prime-rl marks it failed from its atexit hook, without a reason."""
+    done = _orchestrate("own", platform, tmp_path, "--fail-at", "2", "--quiet-steps")
+    assert done.returncode == 1
+    own = _new_run(platform, set())
+    done = _orchestrate("instrument", platform, tmp_path, "--fail-at", "2", "--quiet-steps")
+    assert done.returncode == 1
+    assert "the dispatcher stopped at step 2" in done.stderr  # the traceback is still shown
+    ours = _new_run(platform, {own.id})
+    _compare(platform, own, ours, steps=2, tables=[0])
+    assert ours.status == own.status == "FAILED"
+    assert own.error_message is None
+    assert ours.error_message == "RuntimeError: the dispatcher stopped at step 2"
+    assert len(platform.episodes(ours.id)) == 2 * 4 + 2
+
+
+def test_ctrl_c_cancels_the_run(platform: FakePlatform, tmp_path: Path) -> None:
+    own_process = _hang_then("own", platform, tmp_path, signal.SIGINT)
+    assert own_process.returncode != 0
+    own = _new_run(platform, set())
+    ours_process = _hang_then("launcher", platform, tmp_path, signal.SIGINT)
+    assert ours_process.returncode != 0
+    ours = _new_run(platform, {own.id})
+    _compare(platform, own, ours, steps=2, tables=[0])
+    assert ours.status == own.status == "FAILED"  # the RFT API knows completed and failed only
+    assert ours.error_message == "cancelled: interrupted (Ctrl-C)"
+
+
+def test_sigkill_leaves_prime_rl_s_run_running_and_ours_closed_as_crashed(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    _hang_then("own", platform, tmp_path, signal.SIGKILL)
+    own = _new_run(platform, set())
+    _hang_then("instrument", platform, tmp_path, signal.SIGKILL)
+    ours = _new_run(platform, {own.id})
+    assert own.status == "RUNNING"  # for ever
+    _push_all(platform)
+    ours = platform.run(ours.id)
+    _compare(platform, own, ours, steps=2, tables=[0])
+    assert ours.status == "FAILED"
+    assert (ours.error_message or "").startswith("crashed")
+    assert len(platform.episodes(ours.id)) == 2 * 4 + 2
+
+
+# -- attaching, the trainer, what the platform cannot take ------------------------------
+
+
+def _precreated(platform: FakePlatform) -> str:
+    """A run a managed launch registered before prime-rl starts ($RUN_ID)."""
+    api = RftAPI(api_key=platform.api_key, base_url=platform.url, frontend_url=platform.url)
+    payload = external_run_payload(
+        base_model="Qwen/Qwen3-0.6B",
+        team_id=None,
+        environments=["gsm8k-demo"],
+        training=TrainingFields(max_steps=12),
+    )
+    return str(api.create(payload)["id"])
+
+
+def test_run_id_attaches_instead_of_creating(platform: FakePlatform, tmp_path: Path) -> None:
+    own_id, ours_id = _precreated(platform), _precreated(platform)
+    args = ("--quiet-steps",)
+    done = _orchestrate("own", platform, tmp_path, *args, RUN_ID=own_id)
+    assert done.returncode == 0, done.stderr
+    done = _orchestrate("launcher", platform, tmp_path, *args, RUN_ID=ours_id)
+    assert done.returncode == 0, done.stderr
+    assert _ids(platform) == {own_id, ours_id}  # nothing registered a second time
+    own, ours = platform.run(own_id), platform.run(ours_id)
+    _compare(platform, own, ours, steps=12, tables=[0, 10])
+    assert ours.status == own.status == "COMPLETED"
+
+
+def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """Rank 0 of the trainer sets its monitors up without a prime config:
+    with the opt-in its rows join the run of the same launch ($PRL_RUN_ID),
+    which the orchestrator registers and ends; without, it reports nothing."""
+    launch = {"PRL_RUN_ID": "launch-1", "PRIME_RUNS_OTEL_PRIME_RL_TRAINER": "true"}
+    out = str(tmp_path / "trainer")
+    trainer = subprocess.run(
+        _command("launcher", TRAIN, "--output-dir", out, "--max-steps", "3"),
+        env=_env(platform, **launch),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert trainer.returncode == 0, trainer.stderr
+    assert not platform.runs()  # the trainer registers nothing: the owner does
+    args = ("--max-steps", "3", "--eval-steps", "", "--quiet-steps")
+    done = _orchestrate("launcher", platform, tmp_path, *args, **launch)
+    assert done.returncode == 0, done.stderr
+    [run] = platform.runs()
+    assert run.status == "COMPLETED"
+    rows = platform.training_metrics(run.id)
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    for row in rows:
+        assert row["optim/lr"] == 1e-6  # the trainer's, two dicts a step
+        assert row["perf/throughput"] == 1000.0 + row["step"]
+        assert row["progress/rollouts"] == 4  # the orchestrator's
+
+    alone = subprocess.run(
+        _command("launcher", TRAIN, "--output-dir", out, "--max-steps", "3"),
+        env=_env(platform, PRL_RUN_ID="launch-2"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert Spool(resolve_settings().spool_path, max_bytes=10**9).run("prime-rl-launch-2") is None
+
+
+def test_what_the_platform_cannot_take_is_counted_and_training_goes_on(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """A metrics value that is not a number, an object that is not an
+    episode: prime-rl loses the whole row of that step (its JSON encoding
+    fails); here that value alone is left out, with one warning per kind."""
+    args = ("--max-steps", "3", "--eval-steps", "", "--quiet-steps")
+    bad = ("--bad-metric-at", "1", "--bad-episode-at", "1", "--nan-at", "1")
+    done = _orchestrate("own", platform, tmp_path, *args, *bad)
+    assert done.returncode == 0, done.stderr
+    own = _new_run(platform, set())
+    done = _orchestrate("instrument", platform, tmp_path, *args, *bad)
+    assert done.returncode == 0, done.stderr
+    ours = _new_run(platform, {own.id})
+    assert 1 not in _posted_rows(platform, own.id)  # step 1's row lost
+    rows = _posted_rows(platform, ours.id)
+    assert sorted(rows) == [0, 1, 2]
+    assert "debug/handle" not in rows[1] and "train/agg/loss/mean" not in rows[1]
+    assert rows[1]["progress/rollouts"] == 4
+    assert len(platform.episodes(ours.id)) == 3 * 4
+    assert ours.status == "COMPLETED"
+    warnings = [line for line in done.stderr.splitlines() if "left out and counted" in line]
+    assert len(warnings) == 3 + 1, done.stderr  # one per kind, then the counts at finalize
+
+
+def test_behind_a_collector_serve_reports_the_run(platform: FakePlatform, tmp_path: Path) -> None:
+    """OTEL_TRACES_EXPORTER=otlp: the orchestrator only sends OTLP (no
+    credential of its own); `serve` registers the run, sends its rows and
+    rollouts and completes it. The Parquet tables are written in process
+    only (quickstart-prime-rl.md says so)."""
+    from test_receiver import ServeProcess, serve_env
+
+    serve = ServeProcess(tmp_path, serve_env(tmp_path, platform)).start()
+    try:
+        otlp = {
+            **INSTRUMENT_ENV,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": serve.url,
+            "PRIME_API_KEY": "",
+        }
+        args = ("--name", "behind", "--max-steps", "3", "--eval-steps", "", "--quiet-steps")
+        done = _orchestrate("instrument", platform, tmp_path, *args, **otlp)
+        assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(run.closed for run in platform.runs()):
+            time.sleep(0.2)
+        [run] = platform.runs()
+        assert run.status == "COMPLETED"
+        assert run.create_payload["name"] == "behind"
+        assert run.create_payload["environments"] == [{"id": "gsm8k-demo"}]
+        assert run.create_payload["run_config"]["max_steps"] == 3
+        assert sorted(_posted_rows(platform, run.id)) == [0, 1, 2]
+        assert len(platform.episodes(run.id)) == 3 * 4
+        assert not platform.training_samples(run.id)
+    finally:
+        serve.stop()
+
+
+def test_a_table_written_while_rollouts_go_out_is_sent_before_the_close(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """The step 0 table of a large step is stored while the step's rollouts
+    are still being sent; the run's close waits for it."""
+    args = ("--rollouts", "256", "--max-steps", "1", "--eval-steps", "", "--quiet-steps")
+    done = _orchestrate("instrument", platform, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    [run] = platform.runs()
+    assert run.status == "COMPLETED"
+    assert [(step, len(rows)) for step, rows in _table(platform, run.id)] == [(0, 255)]
+
+
+def test_patching_waits_for_prime_rl_monitors_and_costs_nothing_before() -> None:
+    """In a fresh process: installing the hook imports nothing but the
+    standard library; importing prime_rl.monitors patches its setup; the
+    pipeline is loaded only when setup runs; uninstall restores it."""
+    script = """
+import sys
+before = set(sys.modules)
+from prime_runs_otel.instrumentation.prime_rl import _hook
+_hook.install()
+loaded = {m for m in set(sys.modules) - before if not m.startswith("_")}
+assert loaded <= {"prime_runs_otel", "prime_runs_otel.instrumentation",
+    "prime_runs_otel.instrumentation.hook", "prime_runs_otel.instrumentation.prime_rl",
+    "prime_runs_otel.instrumentation.prime_rl._hook"}, loaded
+from prime_rl import monitors
+assert hasattr(monitors.setup, _hook.ORIGINAL_ATTRIBUTE)
+assert "prime_runs_otel.run" not in sys.modules
+_hook.uninstall()
+assert not hasattr(monitors.setup, _hook.ORIGINAL_ATTRIBUTE)
+print("ok")
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(STANDIN), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_a_prime_rl_whose_monitors_are_not_the_known_ones_reports_itself() -> None:
+    """A prime_rl.monitors without the ``Monitor`` base this instrumentation
+    subclasses: setup runs as prime-rl wrote it, prime config included."""
+    import asyncio
+    import types
+
+    from prime_runs_otel.instrumentation.prime_rl.monitor import patched_setup
+
+    calls: list[dict[str, Any]] = []
+
+    async def setup(prime: Any = None, **kwargs: Any) -> None:
+        calls.append({"prime": prime, **kwargs})
+
+    prime = object()
+    module = types.ModuleType("prime_rl.monitors")
+    asyncio.run(patched_setup(module, setup, (), {"prime": prime, "output_dir": "out"}))
+    assert calls == [{"prime": prime, "output_dir": "out"}]
+
+
+def test_one_launcher_command_reaches_the_orchestrator_and_the_trainer(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """`prime-runs-otel run -- rl ...`: `rl` starts the trainer and the
+    orchestrator as child processes at once; both are instrumented, and the
+    run holds the rows of both."""
+    command = _command(
+        "launcher",
+        str(STANDIN / "rl.py"),
+        str(tmp_path / "outputs"),
+        *("--max-steps", "3", "--eval-steps", "", "--quiet-steps"),
+    )
+    env = _env(platform, PRIME_RUNS_OTEL_PRIME_RL_TRAINER="true")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [run] = platform.runs()
+    assert run.status == "COMPLETED"
+    rows = platform.training_metrics(run.id)
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    assert all("optim/lr" in row and "progress/rollouts" in row for row in rows), rows
