@@ -1,0 +1,87 @@
+"""Rough edges a new user hits, each fixed: one clear line instead of a
+traceback, no run left looking busy after its process is gone, replays that
+land where their options say, a wrong file refused before any run exists,
+and space given back after ``rm``. Each command runs as a real subprocess
+against a real spool (and the fake platform on loopback where it delivers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+
+TIMEOUT = 120
+CLI = [sys.executable, "-m", "prime_runs_otel.cli"]
+
+
+def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        env={**os.environ, **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def _ok(*args: str, **extra_env: str) -> str:
+    done = _cli(*args, **extra_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _json(*args: str, **extra_env: str) -> Any:
+    return json.loads(_ok(*args, "--json", **extra_env))
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The command failed with one line on stderr, not a traceback."""
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def _write_traces(folder: Path, count: int, seed: int = 5) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "traces.jsonl"
+    with path.open("w") as handle:
+        for record in synthetic_episodes(count, seed=seed):
+            handle.write(json.dumps(record) + "\n")
+    return path
+
+
+# -- one line instead of a traceback ----------------------------------------------------
+
+
+def test_export_to_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    run = _json("replay", str(_write_traces(tmp_path / "run", 3)), "--environment", "e")
+    missing = tmp_path / "missing" / "dir" / "x.jsonl"
+    done = _cli("export", run["id"], "-o", str(missing))
+    assert done.returncode == 2
+    line = _one_error_line(done)
+    assert "does not exist" in line and "mkdir -p" in line
+    assert not missing.parent.exists()
+
+
+def test_fake_platform_on_a_taken_port_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for command in (
+            [sys.executable, "-m", "prime_runs_otel.testing", "--port", port],
+            [*CLI, "fake-platform", "--port", port],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+            assert done.returncode == 2
+            line = _one_error_line(done)
+            assert "in use" in line and "--port" in line
