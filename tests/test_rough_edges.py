@@ -85,3 +85,39 @@ def test_fake_platform_on_a_taken_port_is_one_line() -> None:
             assert done.returncode == 2
             line = _one_error_line(done)
             assert "in use" in line and "--port" in line
+
+
+# -- replays land where their options say -----------------------------------------------
+
+
+def test_replay_under_other_options_is_another_run(tmp_path: Path) -> None:
+    path = str(_write_traces(tmp_path / "run", 4))
+    plain = _json("replay", path)
+    named = _json("replay", path, "--name", "second-look")
+    model = _json("replay", path, "--model", "other/m")
+    environment = _json("replay", path, "--environment", "env-b")
+    ids = {plain["id"], named["id"], model["id"], environment["id"]}
+    assert len(ids) == 4
+    assert named["name"] == "second-look" and model["model"] == "other/m"
+    assert environment["environments"] == ["env-b"]
+    # The same options again: the same run, nothing stored twice.
+    again = _json("replay", path, "--name", "second-look")
+    assert again["id"] == named["id"] and again["episodes"] == 4
+    runs = _json("runs")
+    assert len(runs) == 4 and all(run["episodes"] == 4 for run in runs)
+
+
+def test_replaying_a_file_without_episodes_makes_no_run(tmp_path: Path) -> None:
+    log = tmp_path / "eval.log"
+    log.write_text("".join(f"INFO step {number} done\n" for number in range(23)))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(_ok("export", _json("replay", str(_write_traces(tmp_path / "r", 3)))["id"]))
+    before = _json("runs")
+    for wrong, lines in ((log, 23), (samples, len(samples.read_text().splitlines()))):
+        for extra in ((), ("--otlp-endpoint", "http://127.0.0.1:9")):
+            done = _cli("replay", str(wrong), *extra)
+            assert done.returncode == 2, done.stdout + done.stderr
+            line = _one_error_line(done)
+            assert wrong.name in line and "holds no episodes" in line and "traces.jsonl" in line
+            assert f"{lines} line(s)" in line and "no run was made" in line
+    assert _json("runs") == before

@@ -20,14 +20,20 @@ from typing import Any
 from ..config import resolve_settings
 from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
-from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
+from ..produce.traces_jsonl import (
+    NoEpisodesError,
+    count_lines,
+    environments_of,
+    read_records,
+    traces_file,
+)
 from ..run import Run, RunResult, start_run
 from ..view.runs import run_view
 from .arguments import json_option, non_negative_float, spool_option
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
 from .output import Progress, color, command_name, error, print_json
-from .recorded_eval import recorded_eval, replay_run_key
+from .recorded_eval import DEFAULT_FRAMEWORK, recorded_eval, replay_options, replay_run_key
 from .store.show import print_show
 
 DEFAULT_REPLAY_TIMEOUT = 300.0
@@ -43,6 +49,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     errors: list[str] = []
     records = read_records(path, errors)
     first = next(records, None)
+    if first is None:
+        raise NoEpisodesError(path, total, errors)
     environments = args.environment or recorded.get("environments") or environments_of(first)
     run = start_run(
         name=args.name or recorded.get("name") or path.resolve().parent.name,
@@ -50,7 +58,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         environments=environments,
         framework=args.framework,
         config_file=args.config or recorded.get("config_file"),
-        run_id=args.run_key or replay_run_key(path),
+        run_id=args.run_key
+        or replay_run_key(
+            path, replay_options(args.name, args.model, args.environment, args.framework)
+        ),
         spool_dir=args.spool_dir,
     )
     progress = Progress("replaying episodes", total)
@@ -241,7 +252,7 @@ def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     replay.add_argument(
         "--framework",
-        default="verifiers",
+        default=DEFAULT_FRAMEWORK,
         help="framework that produced the run (default verifiers)",
     )
     replay.add_argument(
@@ -252,8 +263,9 @@ def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--run-key",
         metavar="KEY",
-        help="the run to replay into (default: derived from the file's bytes, so replaying "
-        "the same file again stores nothing twice); a new key makes a new run",
+        help="the run to replay into (default: derived from the file's bytes and the --name, "
+        "--model, --environment and --framework given, so replaying the same file with the "
+        "same options again stores nothing twice); a new key makes a new run",
     )
     replay.add_argument(
         "--timeout",
