@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.testing import FakePlatform
 
 TIMEOUT = 120
 CLI = [sys.executable, "-m", "prime_runs_otel.cli"]
@@ -121,3 +122,55 @@ def test_replaying_a_file_without_episodes_makes_no_run(tmp_path: Path) -> None:
             assert wrong.name in line and "holds no episodes" in line and "traces.jsonl" in line
             assert f"{lines} line(s)" in line and "no run was made" in line
     assert _json("runs") == before
+
+
+# -- a replay after Ctrl-C completes the run ----------------------------------------------
+
+
+def _interrupted_replay(path: Path, *extra: str, **extra_env: str) -> None:
+    """A replay of ``path`` stopped by Ctrl-C once it is recording."""
+    process = subprocess.Popen(
+        [*CLI, "replay", str(path), "--environment", "e", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **extra_env},
+    )
+    assert process.stderr is not None
+    for line in process.stderr:
+        if line.startswith("replaying episodes"):
+            break
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=TIMEOUT)
+    assert process.returncode == 130, err
+
+
+def test_replaying_again_after_ctrl_c_completes_the_run(tmp_path: Path) -> None:
+    path = _write_traces(tmp_path / "big", 3000)
+    _interrupted_replay(path)
+    [cancelled] = _json("runs")
+    assert cancelled["status"] == "cancelled" and cancelled["episodes"] < 3000
+
+    done = _cli("replay", str(path), "--environment", "e", "--json")
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert run["id"] == cancelled["id"]
+    assert (run["status"], run["state"], run["episodes"]) == ("completed", "stored", 3000)
+    assert run["error"] is None and run["late"] == 0
+    assert "reopened" in done.stderr and "cancelled" in done.stderr
+
+
+def test_a_run_closed_on_the_platform_stays_cancelled_and_says_why(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    online = platform.client_env()
+    path = _write_traces(tmp_path / "big", 3000)
+    _interrupted_replay(path, **online)
+    [cancelled] = _json("runs")
+    assert cancelled["status"] == "cancelled" and cancelled["closed"]
+
+    done = _cli("replay", str(path), "--environment", "e", "--json", **online)
+    run = json.loads(done.stdout)
+    assert run["id"] == cancelled["id"] and run["status"] == "cancelled"
+    assert run["episodes"] == 3000 and run["late"] == 3000 - cancelled["episodes"]
+    assert "stays cancelled" in done.stderr and "--run-key" in done.stderr

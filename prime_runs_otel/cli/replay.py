@@ -37,6 +37,8 @@ from .recorded_eval import DEFAULT_FRAMEWORK, recorded_eval, replay_options, rep
 from .store.show import print_show
 
 DEFAULT_REPLAY_TIMEOUT = 300.0
+#: The error a run interrupted with Ctrl-C ends with.
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -52,16 +54,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if first is None:
         raise NoEpisodesError(path, total, errors)
     environments = args.environment or recorded.get("environments") or environments_of(first)
+    run_key = args.run_key or replay_run_key(
+        path, replay_options(args.name, args.model, args.environment, args.framework)
+    )
+    _reopen_unfinished(args.spool_dir, run_key)
     run = start_run(
         name=args.name or recorded.get("name") or path.resolve().parent.name,
         model=args.model or recorded.get("model"),
         environments=environments,
         framework=args.framework,
         config_file=args.config or recorded.get("config_file"),
-        run_id=args.run_key
-        or replay_run_key(
-            path, replay_options(args.name, args.model, args.environment, args.framework)
-        ),
+        run_id=run_key,
         spool_dir=args.spool_dir,
     )
     progress = Progress("replaying episodes", total)
@@ -84,6 +87,42 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK if delivered and not errors else EXIT_INCOMPLETE
 
 
+def _reopen_unfinished(spool_dir: str | None, run_key: str) -> None:
+    """A replay into a run an earlier replay left unfinished (Ctrl-C, or its
+    process killed) completes it: the run is reopened first, so the episodes
+    it lacks are stored as any others and it closes as completed. A run
+    closed on the platform already cannot be reopened: it stays as it ended,
+    the episodes it lacks are added to it, and a note says why and what to do."""
+    settings = resolve_settings(spool_dir=spool_dir, mode="local")
+    if not settings.spool_path.exists():
+        return
+    spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    try:
+        row = spool.run(run_key)
+        unfinished = row is not None and (
+            row.end_status == "crashed"
+            or (row.end_status == "cancelled" and row.end_error == INTERRUPTED)
+        )
+        if row is None or not unfinished:
+            return
+        if spool.reopen_run(run_key):
+            note = (
+                f"run {run_key[:12]} was {row.end_status} by an interrupted replay with "
+                f"{row.episodes} episode(s); reopened: this replay adds the ones it lacks and "
+                "closes it as completed"
+            )
+        else:
+            note = (
+                f"run {run_key[:12]} was closed on the platform as {row.end_status} by an "
+                "interrupted replay, and a closed platform run is not reopened: the episodes "
+                f"it lacks are added to it, and it stays {row.end_status}. For a completed run, "
+                "replay into a new one: --run-key NEW-KEY"
+            )
+        print(f"note: {note}", file=sys.stderr)
+    finally:
+        spool.close()
+
+
 def _interrupted(run: Run, progress: Progress, *, as_json: bool) -> int:
     """Ctrl-C while recording: the run ends as cancelled with what it has."""
     progress.close()
@@ -92,7 +131,7 @@ def _interrupted(run: Run, progress: Progress, *, as_json: bool) -> int:
         file=sys.stderr,
     )
     try:
-        result = run.finish("cancelled", "interrupted by the user (Ctrl-C)")
+        result = run.finish("cancelled", INTERRUPTED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     print_result(result, as_json=as_json)
