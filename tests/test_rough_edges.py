@@ -12,9 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import prime_runs_otel as pro
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 
@@ -174,3 +176,112 @@ def test_a_run_closed_on_the_platform_stays_cancelled_and_says_why(
     assert run["id"] == cancelled["id"] and run["status"] == "cancelled"
     assert run["episodes"] == 3000 and run["late"] == 3000 - cancelled["episodes"]
     assert "stays cancelled" in done.stderr and "--run-key" in done.stderr
+
+
+# -- no run left looking busy after its process is gone --------------------------------------
+
+
+def _local_run(name: str, seed: int) -> str:
+    run = pro.start_run(name=name, model="demo/m", environments=["env-a"])
+    for record in synthetic_episodes(5, seed=seed):
+        run.record_episode(record)
+    result = run.finish(timeout=60)
+    assert result.mode == "local" and result.closed
+    return result.local_id
+
+
+def _wait_for(condition: Any, what: str) -> Any:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ctrl_c_during_push_leaves_runs_paused_and_removable(platform: FakePlatform) -> None:
+    ids = [_local_run(f"run-{number}", seed=number) for number in range(3)]
+    platform.fail_next(10**6, status=503)  # nothing gets through: push keeps trying
+    push = subprocess.Popen(
+        [*CLI, "push", "--all"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **platform.client_env()},
+    )
+    try:
+        _wait_for(
+            lambda: any(run["state"] == "delivering" for run in _json("runs")), "push to deliver"
+        )
+    finally:
+        push.send_signal(signal.SIGINT)
+        push.communicate(timeout=TIMEOUT)
+    assert push.returncode == 130
+
+    runs = {run["id"]: run for run in _json("runs")}
+    for local_id in ids:
+        assert runs[local_id]["state"] == "paused", runs[local_id]
+        assert f"push {local_id[:12]}" in runs[local_id]["next_step"]
+    shown = _ok("show", ids[0])
+    assert "delivery paused" in shown and f"prime-runs-otel push {ids[0][:12]}" in shown
+    assert _ok("runs", "--status", "paused").count("run-") == 3
+    # Following it ends at once and says why, instead of 0.0/s forever.
+    follow = _cli("show", ids[0], "--follow", "--interval", "0.1")
+    assert follow.returncode == 1 and "not delivering" in follow.stderr
+    assert "removed" in _ok("rm", ids[1])
+
+    platform.clear_faults()
+    _ok("push", ids[0], **platform.client_env())
+    assert _json("show", ids[0])["state"] == "delivered"
+
+
+def _recording_state(local_id: str) -> tuple[str, str]:
+    run = _json("show", local_id)
+    return run["status"], run["state"]
+
+
+def test_a_killed_demo_is_shown_crashed_not_recording(tmp_path: Path) -> None:
+    demo = subprocess.Popen(
+        [*CLI, "demo", "--episodes", "1000000"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        [run] = _wait_for(lambda: _json("runs") if (tmp_path / "spool").exists() else None, "run")
+        # While its process lives, the run is recording, and rm refuses it.
+        assert _recording_state(run["id"]) == ("running", "recording")
+        assert _cli("rm", run["id"]).returncode == 2
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(timeout=TIMEOUT)
+    done = _cli("runs", "--json")
+    [after] = json.loads(done.stdout)
+    assert (after["status"], after["state"]) == ("crashed", "stored")
+    assert "crashed" in done.stderr and "process" in done.stderr
+    assert "removed" in _ok("rm", run["id"])
+
+
+def test_runs_of_a_live_serve_stay_open(tmp_path: Path, platform: FakePlatform) -> None:
+    from test_receiver import ServeProcess, episodes, post, protobuf_body, run_spans, serve_env
+
+    platform.fail_next(10**6, status=503)  # the ended run stays being delivered
+    serve = ServeProcess(tmp_path, serve_env(tmp_path, platform)).start()
+    spool = ["--spool-dir", str(tmp_path / "serve-spool")]
+    try:
+        # Sent by processes that are gone by now (this one sends for them):
+        # serve owns the runs, and a sender's exit says nothing about them.
+        for run_id, end in (("open-run", False), ("ended-run", True)):
+            body = protobuf_body(run_spans(episodes(3, seed=7), run_id=run_id, end=end))
+            assert post(serve.traces_url, body).status_code == 200
+        _wait_for(lambda: len(_json("runs", *spool)) == 2, "serve to store both runs")
+        runs = {run["id"]: run for run in _json("runs", *spool)}
+        assert (runs["open-run"]["status"], runs["open-run"]["state"]) == ("running", "recording")
+        assert (runs["ended-run"]["status"], runs["ended-run"]["state"]) == (
+            "completed",
+            "delivering",
+        )
+        refused = _cli("rm", "open-run", "ended-run", *spool)
+        assert refused.returncode == 2 and "still being recorded or delivered" in refused.stderr
+    finally:
+        serve.stop()

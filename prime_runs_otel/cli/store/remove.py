@@ -9,18 +9,21 @@ import argparse
 from typing import Any
 
 from ...deliver.spool import DamagedRunError, RunRow, Spool
-from ...view.runs import STATES, STATUSES, select_runs
+from ...view.runs import STATES, STATUSES, run_state, select_runs
 from ..arguments import json_option, parse_age, spool_option
 from ..exits import EXIT_OK, UsageError
 from ..output import human_bytes, print_json
 from .lookup import find, open_spool
 
 
-def _live(run: RunRow) -> bool:
-    """Still being recorded or delivered: removing it would lose work in flight."""
+def _live(spool: Spool, run: RunRow) -> bool:
+    """Still being recorded or delivered: removing it would lose work in
+    flight. A run whose delivery nobody carries on (``paused``) is not."""
     if run.mode == "local":
         return not run.closed
-    return not (run.settled or run.stopped)
+    if run.settled or run.stopped:
+        return False
+    return run_state(run, spool.waiting_count(run), spool.delivery_alive()) != "paused"
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
@@ -34,7 +37,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             if not args.force:  # nothing can tell whether it is still in use
                 raise
             damaged.append(exc.local_id)
-    live = [run for run in runs if _live(run)]
+    live = [run for run in runs if _live(spool, run)]
     if live and not args.force:
         ids = ", ".join(run.local_id[:12] for run in live)
         raise UsageError(
@@ -66,7 +69,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     rows = [
         row
         for row in select_runs(spool, statuses=args.status or (), older_than=args.older_than)
-        if not _live(row)
+        if not _live(spool, row)
     ]
     if args.bodies:
         return _prune_bodies(spool, rows, dry_run=args.dry_run, as_json=args.json)
