@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -181,9 +182,9 @@ def test_a_run_closed_on_the_platform_stays_cancelled_and_says_why(
 # -- no run left looking busy after its process is gone --------------------------------------
 
 
-def _local_run(name: str, seed: int) -> str:
+def _local_run(name: str, seed: int, episodes: int = 5) -> str:
     run = pro.start_run(name=name, model="demo/m", environments=["env-a"])
-    for record in synthetic_episodes(5, seed=seed):
+    for record in synthetic_episodes(episodes, seed=seed):
         run.record_episode(record)
     result = run.finish(timeout=60)
     assert result.mode == "local" and result.closed
@@ -285,3 +286,51 @@ def test_runs_of_a_live_serve_stay_open(tmp_path: Path, platform: FakePlatform) 
         assert refused.returncode == 2 and "still being recorded or delivered" in refused.stderr
     finally:
         serve.stop()
+
+
+# -- rm and prune give space back -----------------------------------------------------------
+
+
+def _spool_file(tmp_path: Path) -> Path:
+    return tmp_path / "spool" / "spool.sqlite3"
+
+
+def _on_disk(path: Path) -> int:
+    """The spool's bytes on disk, its write-ahead log included."""
+    wal = Path(f"{path}-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def test_rm_gives_the_space_back(tmp_path: Path) -> None:
+    kept = _local_run("kept", seed=1, episodes=50)
+    removed = _local_run("removed", seed=2, episodes=400)
+    before = _on_disk(_spool_file(tmp_path))
+    report = _json("rm", removed)
+    after = _on_disk(_spool_file(tmp_path))
+    assert after < before / 2, (before, after)
+    assert report["bytes_after"] == after and report["free_bytes"] == 0
+    assert _json("show", kept)["episodes"] == 50
+
+
+def test_compact_gives_back_what_an_older_spool_kept(tmp_path: Path) -> None:
+    _local_run("kept", seed=1, episodes=50)
+    removed = _local_run("removed", seed=2, episodes=400)
+    spool = _spool_file(tmp_path)
+    # As an earlier release created it: without incremental auto-vacuum.
+    with sqlite3.connect(spool) as db:
+        db.executescript("PRAGMA auto_vacuum = NONE; VACUUM")
+    before = _on_disk(spool)
+    removing = _ok("rm", removed)
+    assert "prime-runs-otel compact" in removing
+    assert _on_disk(spool) > before / 2, "an older spool keeps the pages"
+    doctor = _cli("doctor", "--json")
+    [check] = [item for item in json.loads(doctor.stdout) if item["name"] == "spool"]
+    assert "of free pages in the file" in check["detail"] and "compact" in check["detail"]
+
+    done = _cli("compact")
+    assert done.returncode == 0, done.stderr
+    assert "free pages" in done.stderr and "->" in done.stdout
+    compacted = _on_disk(spool)
+    assert compacted < before / 2, (before, compacted)
+    with sqlite3.connect(spool) as db:
+        assert db.execute("PRAGMA auto_vacuum").fetchone() == (2,), "rm gives back from now on"
