@@ -92,8 +92,8 @@ def _next_step(run: RunRow, state: str) -> str | None:
         return next_step(run.local_id, run.last_error)
     if state == "paused":
         return (
-            f"`prime-runs-otel push {run.local_id[:12]}` resumes its delivery (no process "
-            "delivers it now: the one that did was stopped)"
+            f"`prime-runs-otel push {run.local_id[:12]}` resumes its delivery (the process "
+            "that delivered it was stopped before it was done)"
         )
     return None
 
