@@ -34,6 +34,7 @@ from ..produce.run_config import normalize_config
 from ..produce.run_spans import emit_run_end, emit_run_start
 from ..produce.traces_jsonl import (
     NoEpisodesError,
+    bad_lines_report,
     count_lines,
     environments_of,
     read_records,
@@ -200,7 +201,7 @@ def replay_over_otlp(
     accepted = exporter.accepted_episodes
     refused = exporter.refused_episodes
     never_sent = max(0, total - len(bad_lines) - accepted - refused)
-    for problem in bad_lines:
+    for problem in bad_lines_report(bad_lines):
         print(f"error: {problem}", file=sys.stderr)
     report = {
         "id": local_id,

@@ -22,6 +22,7 @@ from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
 from ..produce.traces_jsonl import (
     NoEpisodesError,
+    bad_lines_report,
     count_lines,
     environments_of,
     read_records,
@@ -76,7 +77,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return _interrupted(run, progress, as_json=args.json)
     progress.close()
-    for problem in errors:
+    for problem in bad_lines_report(errors):
         error(problem)
     timeout = DEFAULT_REPLAY_TIMEOUT if args.timeout is None else args.timeout
     result = run.finish("completed", timeout=timeout)

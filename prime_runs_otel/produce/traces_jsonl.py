@@ -51,6 +51,19 @@ class NoEpisodesError(PrimeRunsOtelError):
         )
 
 
+#: Bad lines named one by one after a replay; the rest are counted.
+BAD_LINES_NAMED = 10
+
+
+def bad_lines_report(problems: list[str]) -> list[str]:
+    """What a replay prints about its bad lines: the first ones named (the
+    line and why), the rest counted, so a mostly wrong file does not bury
+    the result under one line each."""
+    named = problems[:BAD_LINES_NAMED]
+    left = len(problems) - len(named)
+    return named + ([f"... and {left} more bad line(s), skipped the same way"] if left else [])
+
+
 def read_records(path: Path, errors: list[str]) -> Iterator[dict[str, Any]]:
     """Each episode record in order; a bad line is described in ``errors``."""
     with path.open("rb") as handle:
