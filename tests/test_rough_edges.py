@@ -345,3 +345,19 @@ def test_a_mostly_wrong_file_names_ten_bad_lines_and_counts_the_rest(tmp_path: P
         errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
         assert len(errors) == 11, done.stderr
         assert errors[-1] == "error: ... and 20 more bad line(s), skipped the same way"
+
+
+def test_a_killed_run_command_is_shown_crashed_not_recording(tmp_path: Path) -> None:
+    script = (
+        "import time, prime_runs\n"
+        "prime_runs.init(name='held', model='demo/m', environments=['env-a'])\n"
+        "time.sleep(600)\n"
+    )
+    launched = subprocess.Popen([*CLI, "run", "--", sys.executable, "-c", script])
+    try:
+        [run] = _wait_for(lambda: _json("runs") if (tmp_path / "spool").exists() else None, "run")
+        assert _recording_state(run["id"]) == ("running", "recording")
+    finally:
+        launched.send_signal(signal.SIGTERM)
+        launched.wait(timeout=TIMEOUT)
+    assert _recording_state(run["id"]) == ("crashed", "stored")
