@@ -60,7 +60,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
         for item in removed:
             print(f"removed {item['id']} ({item['name'] or '-'}, {item['episodes']} episode(s))")
         print("only the local copy is gone; a run already on the platform stays there")
-        _print_space(space)
+        _print_space(spool, space)
     return EXIT_OK
 
 
@@ -76,11 +76,11 @@ def _give_back_space(spool: Spool) -> dict[str, int]:
     }
 
 
-def _print_space(space: dict[str, int]) -> None:
+def _print_space(spool: Spool, space: dict[str, int]) -> None:
     given, now = space["bytes_before"] - space["bytes_after"], space["bytes_after"]
     if given > 0:
         print(f"the spool file shrank by {human_bytes(given)} (now {human_bytes(now)})")
-    if space["free_bytes"] >= COMPACT_HINT_BYTES:
+    if space["free_bytes"] >= COMPACT_HINT_BYTES and not spool.gives_back_space():
         print(
             f"{human_bytes(space['free_bytes'])} of free pages stay in the spool file (created by "
             "an earlier release): `prime-runs-otel compact` gives them back to the disk"
@@ -115,7 +115,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if not items:
         print("no closed run matches; nothing removed")
     if space:
-        _print_space(space)
+        _print_space(spool, space)
     return EXIT_OK
 
 
@@ -146,7 +146,7 @@ def _prune_bodies(spool: Spool, rows: list[RunRow], *, dry_run: bool, as_json: b
     if not items:
         print("no delivered run keeps episode bodies; nothing dropped")
     if space:
-        _print_space(space)
+        _print_space(spool, space)
     return EXIT_OK
 
 

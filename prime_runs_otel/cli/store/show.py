@@ -9,13 +9,15 @@ stored by an earlier release is read into those views once, first."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sqlite3
 import sys
 import time
 from typing import Any, TextIO
 
 from ..._text import one_line
 from ...deliver.crashed import end_runs_of_dead_producers
-from ...deliver.spool import RunRow, Spool
+from ...deliver.spool import RunRow, Spool, SpoolError
 from ...view.distributions import Distribution, distribution
 from ...view.older import read_older_episodes
 from ...view.run_data import run_distributions
@@ -175,7 +177,8 @@ def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> in
     tty = sys.stdout.isatty() and not as_json
     previous: tuple[float, int] | None = None
     while True:
-        end_runs_of_dead_producers(spool)  # its producer may die while followed
+        with contextlib.suppress(SpoolError, sqlite3.Error):  # a spool it cannot write
+            end_runs_of_dead_producers(spool)  # its producer may die while followed
         run = spool.run(local_id)
         if run is None:
             raise UsageError(f"run {local_id} was removed from {spool.path}")
