@@ -87,7 +87,8 @@ def _spool(settings: Settings) -> Check:
     stuck = [run for run in runs if run.close_state == "gave_up" or run.create_state == "failed"]
     pending = sum(spool.pending_count(run.local_id) for run in runs if run.mode == "online")
     detail = (
-        f"{path}: {human_bytes(size)} of a {human_bytes(settings.spool_max_bytes)} cap, "
+        f"{path}: {human_bytes(size)} used of a {human_bytes(settings.spool_max_bytes)} cap"
+        f"{_free_pages(spool)}, "
         f"{len(runs)} run(s), {len(open_runs)} open, {pending} episode(s) pending delivery, "
         f"integrity {integrity}"
     )
@@ -152,6 +153,17 @@ def _spool(settings: Settings) -> Check:
     if size >= 0.8 * settings.spool_max_bytes:
         return Check("spool", WARN, detail, "deliver pending runs or raise the cap")
     return Check("spool", OK, detail)
+
+
+def _free_pages(spool: Spool) -> str:
+    """The file's free pages, apart from what it holds: room it reuses, but
+    that the disk has not got back (a spool from an earlier release keeps
+    what ``rm`` and ``prune`` removed that way until ``compact``)."""
+    free_pages = spool.free_bytes()
+    if not free_pages:
+        return ""
+    hint = "" if spool.gives_back_space() else "; `prime-runs-otel compact` gives them back"
+    return f" (and {human_bytes(free_pages)} of free pages in the file{hint})"
 
 
 def _integrity(path: Path) -> str:

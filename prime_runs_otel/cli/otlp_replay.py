@@ -32,10 +32,17 @@ from ..produce.episode import record_episode
 from ..produce.resource import run_resource
 from ..produce.run_config import normalize_config
 from ..produce.run_spans import emit_run_end, emit_run_start
-from ..produce.traces_jsonl import environments_of, read_records, traces_file
+from ..produce.traces_jsonl import (
+    NoEpisodesError,
+    bad_lines_report,
+    count_lines,
+    environments_of,
+    read_records,
+    traces_file,
+)
 from .exits import EXIT_INCOMPLETE, EXIT_OK
 from .output import print_json
-from .recorded_eval import recorded_eval, replay_run_key
+from .recorded_eval import recorded_eval, replay_options, replay_run_key
 
 __all__ = [
     "add_otlp_replay_option",
@@ -153,8 +160,11 @@ def replay_over_otlp(
     total = sum(1 for _ in read_records(source, []))
     records = read_records(source, bad_lines)
     first = next(records, None)
+    if first is None:
+        raise NoEpisodesError(source, count_lines(source), bad_lines)
+    options = replay_options(name, model, environments, framework)
     resource = run_resource(
-        run_id=run_id or replay_run_key(source),
+        run_id=run_id or replay_run_key(source, options),
         name=name or recorded.get("name") or source.resolve().parent.name,
         model=model or recorded.get("model"),
         environments=list(environments or recorded.get("environments") or environments_of(first)),
@@ -191,7 +201,7 @@ def replay_over_otlp(
     accepted = exporter.accepted_episodes
     refused = exporter.refused_episodes
     never_sent = max(0, total - len(bad_lines) - accepted - refused)
-    for problem in bad_lines:
+    for problem in bad_lines_report(bad_lines):
         print(f"error: {problem}", file=sys.stderr)
     report = {
         "id": local_id,

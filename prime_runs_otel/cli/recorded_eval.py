@@ -10,18 +10,46 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+#: The framework a replayed file comes from unless ``--framework`` says otherwise.
+DEFAULT_FRAMEWORK = "verifiers"
 
-def replay_run_key(path: Path) -> str:
-    """The run key of a replayed file: the same bytes give the same run,
-    wherever the file lies (a copy, a move, another machine)."""
+
+def replay_run_key(path: Path, options: Mapping[str, Any] | None = None) -> str:
+    """The run key of a replayed file: the same bytes with the same options
+    give the same run, wherever the file lies (a copy, a move, another
+    machine), so replaying again adds nothing; the same file under another
+    ``--name``, ``--model``, ``--environment`` or ``--framework`` is another
+    run, not episodes silently added to the first one. Only the options given
+    count (``None`` or empty: not given), so a replay without any keeps the
+    key earlier releases gave it."""
     digest = hashlib.sha256(b"prime-runs-otel replay\0")
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
+    given = {name: value for name, value in (options or {}).items() if value}
+    if given:
+        digest.update(b"\0options\0" + json.dumps(given, sort_keys=True).encode())
     return digest.hexdigest()[:32]
+
+
+def replay_options(
+    name: str | None,
+    model: str | None,
+    environments: Sequence[str] | None,
+    framework: str | None,
+) -> dict[str, Any]:
+    """The replay options that make a run of their own (see :func:`replay_run_key`):
+    the framework only when it is not the default a replay assumes."""
+    return {
+        "name": name,
+        "model": model,
+        "environments": list(environments or []),
+        "framework": framework if framework != DEFAULT_FRAMEWORK else None,
+    }
 
 
 def recorded_eval(folder: Path) -> dict[str, Any]:

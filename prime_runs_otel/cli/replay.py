@@ -20,17 +20,26 @@ from typing import Any
 from ..config import resolve_settings
 from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
-from ..produce.traces_jsonl import count_lines, environments_of, read_records, traces_file
+from ..produce.traces_jsonl import (
+    NoEpisodesError,
+    bad_lines_report,
+    count_lines,
+    environments_of,
+    read_records,
+    traces_file,
+)
 from ..run import Run, RunResult, start_run
 from ..view.runs import run_view
 from .arguments import json_option, non_negative_float, spool_option
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
 from .output import Progress, color, command_name, error, print_json
-from .recorded_eval import recorded_eval, replay_run_key
+from .recorded_eval import DEFAULT_FRAMEWORK, recorded_eval, replay_options, replay_run_key
 from .store.show import print_show
 
 DEFAULT_REPLAY_TIMEOUT = 300.0
+#: The error a run interrupted with Ctrl-C ends with.
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -43,14 +52,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     errors: list[str] = []
     records = read_records(path, errors)
     first = next(records, None)
+    if first is None:
+        raise NoEpisodesError(path, total, errors)
     environments = args.environment or recorded.get("environments") or environments_of(first)
+    run_key = args.run_key or replay_run_key(
+        path, replay_options(args.name, args.model, args.environment, args.framework)
+    )
+    _reopen_unfinished(args.spool_dir, run_key)
     run = start_run(
         name=args.name or recorded.get("name") or path.resolve().parent.name,
         model=args.model or recorded.get("model"),
         environments=environments,
         framework=args.framework,
         config_file=args.config or recorded.get("config_file"),
-        run_id=args.run_key or replay_run_key(path),
+        run_id=run_key,
         spool_dir=args.spool_dir,
     )
     progress = Progress("replaying episodes", total)
@@ -62,7 +77,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return _interrupted(run, progress, as_json=args.json)
     progress.close()
-    for problem in errors:
+    for problem in bad_lines_report(errors):
         error(problem)
     timeout = DEFAULT_REPLAY_TIMEOUT if args.timeout is None else args.timeout
     result = run.finish("completed", timeout=timeout)
@@ -73,6 +88,42 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK if delivered and not errors else EXIT_INCOMPLETE
 
 
+def _reopen_unfinished(spool_dir: str | None, run_key: str) -> None:
+    """A replay into a run an earlier replay left unfinished (Ctrl-C, or its
+    process killed) completes it: the run is reopened first, so the episodes
+    it lacks are stored as any others and it closes as completed. A run
+    closed on the platform already cannot be reopened: it stays as it ended,
+    the episodes it lacks are added to it, and a note says why and what to do."""
+    settings = resolve_settings(spool_dir=spool_dir, mode="local")
+    if not settings.spool_path.exists():
+        return
+    spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    try:
+        row = spool.run(run_key)
+        unfinished = row is not None and (
+            row.end_status == "crashed"
+            or (row.end_status == "cancelled" and row.end_error == INTERRUPTED)
+        )
+        if row is None or not unfinished:
+            return
+        if spool.reopen_run(run_key):
+            note = (
+                f"run {run_key[:12]} was {row.end_status} by an interrupted replay with "
+                f"{row.episodes} episode(s); reopened: this replay adds the ones it lacks and "
+                "closes it as completed"
+            )
+        else:
+            note = (
+                f"run {run_key[:12]} was closed on the platform as {row.end_status} by an "
+                "interrupted replay, and a closed platform run is not reopened: the episodes "
+                f"it lacks are added to it, and it stays {row.end_status}. For a completed run, "
+                "replay into a new one: --run-key NEW-KEY"
+            )
+        print(f"note: {note}", file=sys.stderr)
+    finally:
+        spool.close()
+
+
 def _interrupted(run: Run, progress: Progress, *, as_json: bool) -> int:
     """Ctrl-C while recording: the run ends as cancelled with what it has."""
     progress.close()
@@ -81,7 +132,7 @@ def _interrupted(run: Run, progress: Progress, *, as_json: bool) -> int:
         file=sys.stderr,
     )
     try:
-        result = run.finish("cancelled", "interrupted by the user (Ctrl-C)")
+        result = run.finish("cancelled", INTERRUPTED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     print_result(result, as_json=as_json)
@@ -241,7 +292,7 @@ def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     replay.add_argument(
         "--framework",
-        default="verifiers",
+        default=DEFAULT_FRAMEWORK,
         help="framework that produced the run (default verifiers)",
     )
     replay.add_argument(
@@ -252,8 +303,9 @@ def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--run-key",
         metavar="KEY",
-        help="the run to replay into (default: derived from the file's bytes, so replaying "
-        "the same file again stores nothing twice); a new key makes a new run",
+        help="the run to replay into (default: derived from the file's bytes and the --name, "
+        "--model, --environment and --framework given, so replaying the same file with the "
+        "same options again stores nothing twice); a new key makes a new run",
     )
     replay.add_argument(
         "--timeout",

@@ -18,7 +18,9 @@ from .spool import RunRow, Spool, process_alive
 logger = logging.getLogger(__name__)
 
 
-def end_if_crashed(spool: Spool, run: RunRow, idle_timeout: float | None) -> RunRow:
+def end_if_crashed(
+    spool: Spool, run: RunRow, idle_timeout: float | None, *, log: bool = True
+) -> RunRow:
     """A run whose producers are all gone without an end span crashed.
 
     Producers on this host are checked by pid (and start time, against pid
@@ -46,6 +48,33 @@ def end_if_crashed(spool: Spool, run: RunRow, idle_timeout: float | None) -> Run
         reason = f"no spans for {idle_timeout:.0f}s and no end span"
     else:
         return run
-    logger.warning("Run %s crashed: %s", run.local_id, reason)
+    if log:  # a command that says so in its own words passes False
+        logger.warning("Run %s crashed: %s", run.local_id, reason)
     spool.end_run(run.local_id, "crashed", reason)
     return reload(spool, run)
+
+
+def end_runs_of_dead_producers(spool: Spool) -> list[str]:
+    """End as crashed, now, the open runs whose owning producers all ran on
+    this host and are all gone; return their ids.
+
+    What the uploader of the next run to open the spool would do, done by
+    the store commands (``runs``, ``show``, ``rm``...) so that a killed eval
+    is not shown as still recording until then. Only certain deaths count
+    (no idle timeout): a producer on another host, and a run fed through
+    ``serve``, which records no producer of its own, are never ended here.
+    A local run is closed too, as the uploader closes it; an online one is
+    left for delivery to close on the platform (``push``).
+    """
+    ended = []
+    for local_id in spool.open_runs_fed_in_process():
+        run = spool.run(local_id)
+        if run is None or run.end_status is not None:
+            continue
+        run = end_if_crashed(spool, run, None, log=False)
+        if run.end_status is None:
+            continue
+        if run.mode == "local":
+            spool.update_run(local_id, close_state="closed", closed_at=time.time())
+        ended.append(local_id)
+    return ended

@@ -33,6 +33,37 @@ def traces_file(path: Path) -> Path:
     return path
 
 
+class NoEpisodesError(PrimeRunsOtelError):
+    """A file given to replay that holds no episode record at all (a log, an
+    ``export --what samples`` file): refused before any run is made of it,
+    in one line rather than one per line."""
+
+    def __init__(self, path: Path, lines: int, problems: list[str]) -> None:
+        if not lines:
+            found = "it is empty"
+        else:
+            example = f", e.g. {problems[0]}" if problems else ""
+            found = f"none of its {lines} line(s) can be read as one{example}"
+        super().__init__(
+            f"{path} holds no episodes: replay expects a verifiers traces.jsonl, one JSON "
+            f"episode record with a `traces` list per line, and {found}; no run was made. "
+            "Pass the traces.jsonl a verifiers eval wrote (outputs/<run>/traces.jsonl)"
+        )
+
+
+#: Bad lines named one by one after a replay; the rest are counted.
+BAD_LINES_NAMED = 10
+
+
+def bad_lines_report(problems: list[str]) -> list[str]:
+    """What a replay prints about its bad lines: the first ones named (the
+    line and why), the rest counted, so a mostly wrong file does not bury
+    the result under one line each."""
+    named = problems[:BAD_LINES_NAMED]
+    left = len(problems) - len(named)
+    return named + ([f"... and {left} more bad line(s), skipped the same way"] if left else [])
+
+
 def read_records(path: Path, errors: list[str]) -> Iterator[dict[str, Any]]:
     """Each episode record in order; a bad line is described in ``errors``."""
     with path.open("rb") as handle:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import shlex
 import sys
 import threading
@@ -46,6 +47,15 @@ def _log_request(recorded: RecordedRequest) -> None:
     )
 
 
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """One line for a port that cannot be had, with what to change."""
+    reason = "it is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+    return (
+        f"error: cannot listen on {host}:{port} ({reason}); pass another --port, "
+        "or --port 0 for any free one"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve until Ctrl-C, after printing the exports that point a client here."""
     args = _parser().parse_args(argv)
@@ -57,6 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.quiet:
         platform.on_request = _log_request
+    try:
+        platform.start()
+    except OSError as exc:
+        print(_cannot_listen(args.host, args.port, exc), file=sys.stderr)
+        return 2
     with platform:
         print(f"# Fake Prime platform at {platform.url}; point a client at it with:")
         for name, value in platform.client_env().items():

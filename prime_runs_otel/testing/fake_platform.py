@@ -103,6 +103,8 @@ class FakePlatform:
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._outage = False
+        #: A server ran here before: a restart waits for its port to be released.
+        self._served = False
         self._faults = Faults()
 
         self._store = Store()
@@ -120,7 +122,7 @@ class FakePlatform:
     def start(self) -> FakePlatform:
         with self._server_lock:
             if self._server is None and not self._outage:
-                self._open(self._port)
+                self._open(self._port, reopening=self._served)
         return self
 
     def stop(self) -> None:
@@ -155,8 +157,8 @@ class FakePlatform:
             "PRIME_FRONTEND_URL": self.url,
         }
 
-    def _open(self, port: int) -> None:
-        server = self._bind(port)
+    def _open(self, port: int, *, reopening: bool = False) -> None:
+        server = self._bind(port, reopening=reopening)
         self._port = int(server.server_address[1])
         thread = threading.Thread(
             target=server.serve_forever,
@@ -166,11 +168,13 @@ class FakePlatform:
         )
         thread.start()
         self._server, self._thread = server, thread
+        self._served = True
 
-    def _bind(self, port: int) -> Server:
+    def _bind(self, port: int, *, reopening: bool) -> Server:
         """Reopening after an outage must get the same port back; a socket from
-        the previous server may take a moment to release it."""
-        deadline = time.monotonic() + 5.0
+        the previous server may take a moment to release it. A first start on
+        a port somebody else holds fails at once: waiting would not free it."""
+        deadline = time.monotonic() + (5.0 if reopening else 0.0)
         while True:
             try:
                 return Server((self._host, port), self._serve)
@@ -237,7 +241,7 @@ class FakePlatform:
         with self._server_lock:
             if not self._outage:
                 return
-            self._open(self._port)
+            self._open(self._port, reopening=True)
             self._outage = False
 
     @contextlib.contextmanager

@@ -4,9 +4,10 @@
 One vocabulary for every command and page that describes a run (see
 :func:`run_view`): ``status`` is how the run ended (``running`` until it
 does), ``state`` where it is in its life (``recording``, ``stored`` in the
-local store, ``delivering``, ``delivered``, ``stopped`` on a permanent
-refusal), ``pending`` the episodes still on their way to the platform and
-``not_pushed`` those of a local run nobody has pushed yet.
+local store, ``delivering``, ``paused`` when nothing delivers it any more,
+``delivered``, ``stopped`` on a permanent refusal), ``pending`` the
+episodes still on their way to the platform and ``not_pushed`` those of a
+local run nobody has pushed yet.
 
 In ``view/`` rather than beside the commands because the viewer reads the
 same runs the same way, and the words it shows stay the words the command
@@ -23,21 +24,26 @@ from ..deliver.advice import next_step
 from ..deliver.spool import RunRow, Spool
 from ..deliver.summary import run_summary
 
-STATES = ("recording", "stored", "delivering", "delivered", "stopped")
+STATES = ("recording", "stored", "delivering", "paused", "delivered", "stopped")
 STATUSES = ("running", "completed", "failed", "cancelled", "crashed")
 
 
-def run_state(run: RunRow, pending: int) -> str:
+def run_state(run: RunRow, pending: int, delivering: bool = True) -> str:
     """Where the run is in its life; ``pending``: its episodes still on their
-    way. A closed run is ``delivered`` only once none is: episodes that
-    arrived after its close (late) are still being delivered."""
+    way; ``delivering``: a process delivers from the spool now. A closed run
+    is ``delivered`` only once none is: episodes that arrived after its close
+    (late) are still being delivered. A run that still has something to
+    deliver while no process delivers is ``paused`` (the delivering process
+    was stopped, e.g. Ctrl-C during ``push``): ``push`` resumes it."""
     if run.stopped:
         return "stopped"
     if run.mode == "local":
         return "stored" if run.closed else "recording"
-    if run.closed:
-        return "delivering" if pending else "delivered"
-    return "delivering" if run.end_status else "recording"
+    if run.closed and not pending:
+        return "delivered"
+    if run.closed or run.end_status:
+        return "delivering" if delivering else "paused"
+    return "recording"
 
 
 def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
@@ -45,13 +51,14 @@ def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
     in docs/cli.md and stay stable)."""
     waiting = spool.waiting_count(run)
     local = run.mode == "local"
+    state = run_state(run, waiting, spool.delivery_alive())
     return {
         "id": run.local_id,
         "name": run.name,
         "kind": run.kind,
         "mode": run.mode,
         "status": run.end_status or "running",
-        "state": run_state(run, waiting),
+        "state": state,
         "closed": run.closed,
         "model": run.identity.model,
         "environments": list(run.identity.environments),
@@ -71,12 +78,24 @@ def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
         "late_refused": run.late_refused,
         "error": run.end_error,
         "last_error": run.last_error,
-        "next_step": next_step(run.local_id, run.last_error) if run.stopped else None,
+        "next_step": _next_step(run, state),
         "created_at": _iso(run.created_at),
         "ended_at": _iso(run.ended_at) if run.ended_at else None,
         "summary": run_summary(run),
         "spool": str(spool.path),
     }
+
+
+def _next_step(run: RunRow, state: str) -> str | None:
+    """The command that moves a run on, where it waits for one."""
+    if run.stopped:
+        return next_step(run.local_id, run.last_error)
+    if state == "paused":
+        return (
+            f"`prime-runs-otel push {run.local_id[:12]}` resumes its delivery (the process "
+            "that delivered it was stopped before it was done)"
+        )
+    return None
 
 
 def _iso(stamp: float) -> str:
@@ -95,8 +114,9 @@ def select_runs(
     """Runs newest first, filtered; a status filter matches ``status`` or ``state``."""
     chosen = []
     now = time.time()
+    delivering = spool.delivery_alive()
     for row in spool.runs():
-        state = run_state(row, spool.pending_count(row.local_id) if row.closed else 0)
+        state = run_state(row, spool.pending_count(row.local_id) if row.closed else 0, delivering)
         if statuses and not {row.end_status or "running", state} & set(statuses):
             continue
         if kind and row.kind != kind:

@@ -1,6 +1,6 @@
 """The local store from the command line: ``runs``, ``show``, ``export``,
-``push``, ``rm`` and ``prune``, one module per command (``remove`` holds
-``rm`` and ``prune``).
+``push``, ``rm``, ``prune`` and ``compact``, one module per command
+(``remove`` holds ``rm`` and ``prune``).
 
 What they share is below them: :mod:`.lookup` finds the spool and the run a
 command names, and :mod:`prime_runs_otel.view.runs` reads runs into the
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .compact import add_compact_command
 from .export import add_export_command
 from .push import add_push_command
 from .remove import add_remove_commands
@@ -28,3 +29,4 @@ def add_store_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     add_export_command(commands, common)
     add_push_command(commands, common)
     add_remove_commands(commands, common)
+    add_compact_command(commands, common)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from ..._json import loads as fast_loads
 from ..._text import one_line
@@ -17,7 +18,7 @@ from ...deliver.spool import EpisodeRow, RunRow, Spool
 from ...deliver.summary import run_summary
 from ...read.projection import episode_sample_rows, traces_line
 from ..arguments import spool_option
-from ..exits import EXIT_INCOMPLETE, EXIT_OK
+from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, stdout_gone
 from .export_otlp import export_otlp
 from .lookup import find, open_spool
@@ -30,11 +31,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.otlp:
         return export_otlp(spool, run, args.otlp)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
+        with _output_file(args.output) as out:
             code = _export(spool, run, args.what, out)
         print(f"wrote {args.what} of run {run.local_id} to {args.output}", file=sys.stderr)
         return code
     return _export(spool, run, args.what, sys.stdout)
+
+
+def _output_file(path: str) -> TextIO:
+    """``-o FILE`` opened for writing, or a usage error that says what to change
+    (a missing folder is not created: a typo in it would scatter files)."""
+    try:
+        return open(path, "w", encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(
+            f"cannot write {path!r}: the folder {os.path.dirname(path) or '.'!r} does not exist; "
+            "create it first (mkdir -p), or pass another -o FILE"
+        ) from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {path!r} ({exc.strerror or exc}); pass another -o FILE"
+        ) from None
 
 
 def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:

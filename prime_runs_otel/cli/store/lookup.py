@@ -8,11 +8,13 @@ the command.
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 
 from ..._text import one_line
 from ...config import Settings, resolve_settings
-from ...deliver.spool import RunRow, Spool
+from ...deliver.crashed import end_runs_of_dead_producers
+from ...deliver.spool import RunRow, Spool, SpoolError
 from ...view.runs import runs_named
 from ..exits import UsageError
 
@@ -24,7 +26,29 @@ def open_spool(spool_dir: str | None) -> tuple[Settings, Spool]:
             f"no spool at {settings.spool_path}: nothing has been recorded there yet "
             "(set PRIME_RUNS_OTEL_DIR or --spool-dir to look elsewhere)"
         )
-    return settings, Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    _end_runs_of_dead_producers(spool)
+    return settings, spool
+
+
+def _end_runs_of_dead_producers(spool: Spool) -> None:
+    """A run whose recording process was killed is shown as crashed, not as
+    still recording (the write is the one the next delivering process would
+    make; a spool this user cannot write is read as it is)."""
+    try:
+        ended = end_runs_of_dead_producers(spool)
+    except (SpoolError, sqlite3.Error) as exc:
+        print(
+            one_line(f"note: runs whose process is gone are not marked crashed: {exc}"),
+            file=sys.stderr,
+        )
+        return
+    for local_id in ended:
+        print(
+            f"note: run {local_id[:12]} crashed: the process recording it is gone "
+            "without ending it",
+            file=sys.stderr,
+        )
 
 
 def find(spool: Spool, key: str) -> RunRow:

@@ -9,18 +9,24 @@ import argparse
 from typing import Any
 
 from ...deliver.spool import DamagedRunError, RunRow, Spool
-from ...view.runs import STATES, STATUSES, select_runs
+from ...view.runs import STATES, STATUSES, run_state, select_runs
 from ..arguments import json_option, parse_age, spool_option
 from ..exits import EXIT_OK, UsageError
 from ..output import human_bytes, print_json
 from .lookup import find, open_spool
 
+#: Free pages worth a ``compact`` hint after ``rm`` or ``prune``.
+COMPACT_HINT_BYTES = 1 << 20
 
-def _live(run: RunRow) -> bool:
-    """Still being recorded or delivered: removing it would lose work in flight."""
+
+def _live(spool: Spool, run: RunRow) -> bool:
+    """Still being recorded or delivered: removing it would lose work in
+    flight. A run whose delivery nobody carries on (``paused``) is not."""
     if run.mode == "local":
         return not run.closed
-    return not (run.settled or run.stopped)
+    if run.settled or run.stopped:
+        return False
+    return run_state(run, spool.waiting_count(run), spool.delivery_alive()) != "paused"
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
@@ -34,7 +40,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             if not args.force:  # nothing can tell whether it is still in use
                 raise
             damaged.append(exc.local_id)
-    live = [run for run in runs if _live(run)]
+    live = [run for run in runs if _live(spool, run)]
     if live and not args.force:
         ids = ", ".join(run.local_id[:12] for run in live)
         raise UsageError(
@@ -47,13 +53,38 @@ def cmd_rm(args: argparse.Namespace) -> int:
         removed.append({"id": run.local_id, "name": run.name, "episodes": episodes})
     for local_id in damaged:
         removed.append({"id": local_id, "name": None, "episodes": spool.delete_run(local_id)})
+    space = _give_back_space(spool)
     if args.json:
-        print_json({"removed": removed})
+        print_json({"removed": removed, **space})
     else:
         for item in removed:
             print(f"removed {item['id']} ({item['name'] or '-'}, {item['episodes']} episode(s))")
         print("only the local copy is gone; a run already on the platform stays there")
+        _print_space(spool, space)
     return EXIT_OK
+
+
+def _give_back_space(spool: Spool) -> dict[str, int]:
+    """What was removed goes back to the disk where the spool can do that in
+    place; the sizes before and after, and the free pages left in the file."""
+    before = spool.size_bytes()
+    spool.give_back_space()
+    return {
+        "bytes_before": before,
+        "bytes_after": spool.size_bytes(),
+        "free_bytes": spool.free_bytes(),
+    }
+
+
+def _print_space(spool: Spool, space: dict[str, int]) -> None:
+    given, now = space["bytes_before"] - space["bytes_after"], space["bytes_after"]
+    if given > 0:
+        print(f"the spool file shrank by {human_bytes(given)} (now {human_bytes(now)})")
+    if space["free_bytes"] >= COMPACT_HINT_BYTES and not spool.gives_back_space():
+        print(
+            f"{human_bytes(space['free_bytes'])} of free pages stay in the spool file (created by "
+            "an earlier release): `prime-runs-otel compact` gives them back to the disk"
+        )
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -66,7 +97,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     rows = [
         row
         for row in select_runs(spool, statuses=args.status or (), older_than=args.older_than)
-        if not _live(row)
+        if not _live(spool, row)
     ]
     if args.bodies:
         return _prune_bodies(spool, rows, dry_run=args.dry_run, as_json=args.json)
@@ -74,14 +105,17 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if not args.dry_run:
         for row in rows:
             spool.delete_run(row.local_id)
+    space = {} if args.dry_run else _give_back_space(spool)
     if args.json:
-        print_json({"would_remove" if args.dry_run else "removed": items})
+        print_json({"would_remove" if args.dry_run else "removed": items, **space})
         return EXIT_OK
     verb = "would remove" if args.dry_run else "removed"
     for item in items:
         print(f"{verb} {item['id']} ({item['name'] or '-'}, {item['episodes']} episode(s))")
     if not items:
         print("no closed run matches; nothing removed")
+    if space:
+        _print_space(spool, space)
     return EXIT_OK
 
 
@@ -99,8 +133,9 @@ def _prune_bodies(spool: Spool, rows: list[RunRow], *, dry_run: bool, as_json: b
             count, size = spool.drop_delivered_bodies(row.local_id)
         if count:
             items.append({"id": row.local_id, "name": row.name, "bodies": count, "bytes": size})
+    space = {} if dry_run else _give_back_space(spool)
     if as_json:
-        print_json({"would_drop" if dry_run else "dropped": items})
+        print_json({"would_drop" if dry_run else "dropped": items, **space})
         return EXIT_OK
     verb = "would drop" if dry_run else "dropped"
     for item in items:
@@ -110,8 +145,8 @@ def _prune_bodies(spool: Spool, rows: list[RunRow], *, dry_run: bool, as_json: b
         )
     if not items:
         print("no delivered run keeps episode bodies; nothing dropped")
-    elif not dry_run:
-        print("the space is reused by the store before its file grows again")
+    if space:
+        _print_space(spool, space)
     return EXIT_OK
 
 

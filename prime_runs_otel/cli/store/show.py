@@ -9,12 +9,15 @@ stored by an earlier release is read into those views once, first."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sqlite3
 import sys
 import time
 from typing import Any, TextIO
 
 from ..._text import one_line
-from ...deliver.spool import RunRow, Spool
+from ...deliver.crashed import end_runs_of_dead_producers
+from ...deliver.spool import RunRow, Spool, SpoolError
 from ...view.distributions import Distribution, distribution
 from ...view.older import read_older_episodes
 from ...view.run_data import run_distributions
@@ -82,6 +85,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
         # Closed, with late episodes still on their way to the closed run.
         "delivering": "closed, late episodes being delivered" if run.closed else "being delivered",
         "stopped": "delivery stopped (see error)",
+        "paused": "delivery paused: no process delivers it now (see next)",
     }[view["state"]]
     line("status", f"{view['status']}, {where}")
     counts = (
@@ -166,10 +170,15 @@ def _follow_line(view: dict[str, Any], rate: float) -> str:
 
 def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> int:
     """Redraw the run's progress until it is closed or stopped (or Ctrl-C):
-    episodes, their rate, the reward so far, what is pending, errors."""
+    episodes, their rate, the reward so far, what is pending, errors. A run
+    nothing delivers any more (``paused``) ends the follow with the step
+    that resumes it, rather than a rate of 0.0/s forever; one whose
+    producer died is ended as crashed, and followed to its close."""
     tty = sys.stdout.isatty() and not as_json
     previous: tuple[float, int] | None = None
     while True:
+        with contextlib.suppress(SpoolError, sqlite3.Error):  # a spool it cannot write
+            end_runs_of_dead_producers(spool)  # its producer may die while followed
         run = spool.run(local_id)
         if run is None:
             raise UsageError(f"run {local_id} was removed from {spool.path}")
@@ -188,6 +197,11 @@ def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> in
             print(_follow_line(view, rate), flush=True)
         if stdout_gone():
             return EXIT_OK
+        if view["state"] == "paused":
+            if tty:
+                print()
+            print(f"not delivering: {view['next_step']}", file=sys.stderr)
+            return EXIT_INCOMPLETE
         done = run.settled and not view["pending"]
         if done or run.stopped or (run.mode == "local" and run.closed):
             if tty:

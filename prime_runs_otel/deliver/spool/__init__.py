@@ -15,6 +15,8 @@ One module per question:
 - ``size``: the size cap, and the room kept on the spool's disk for
   delivery; ``tallies``: counts over the whole spool, for watching it
   (``serve``'s /metrics).
+- ``space``: giving the file's free pages back to the disk (``rm``,
+  ``prune``, ``compact``).
 - ``views``: what the local viewer and ``show`` read of a run (its episodes'
   facts, distributions, errors, series, per-example rewards), kept up to
   date by ``ingest``; ``rows``: the multi-row statements both use.
@@ -47,6 +49,7 @@ from .runs import DamagedRunError, RunRow, SpoolRuns
 from .samples import SpoolSamples
 from .schema import SCHEMA_VERSION
 from .size import RETAKE_RESERVES, WARN_FRACTION
+from .space import SpoolSpace
 from .steps import MetricsRow, SpoolSteps, StepUpload
 from .tallies import SpoolCounts, SpoolTallies
 from .traces import SpoolTraces
@@ -105,6 +108,7 @@ class Spool(
     SpoolProcesses,
     SpoolViews,
     SpoolTallies,
+    SpoolSpace,
 ):
     """Every run, episode and upload of one spool file (see the modules above).
 

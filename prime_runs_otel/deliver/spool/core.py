@@ -217,6 +217,9 @@ class SpoolCore:
                 check_same_thread=check_same_thread,
             )
             _open_connections.add(db)
+            # Only a new, empty file takes it (before its first page is
+            # written); an existing one keeps its mode (see space.py).
+            db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             _enable_wal(db)
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=60000")
@@ -317,6 +320,12 @@ class SpoolCore:
                 schema.migrate(db, version)
         except sqlite3.Error as exc:
             raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
+
+    def _run_script(self, sql: str) -> None:
+        """Statements run to their end outside any transaction, on the
+        writer (a ``VACUUM``, a ``PRAGMA`` that works a step at a time)."""
+        with _WRITER, _GATE:
+            self._writer_connection().executescript(sql)
 
     def close(self) -> None:
         """Close this thread's reading connection and the process's writer."""

@@ -24,6 +24,11 @@ def lease_owner() -> str:
     return f"{host}:{pid}:{start}:{uuid.uuid4().hex}"
 
 
+def _on_this_host(owner: str) -> bool:
+    parts = owner.split(":")
+    return len(parts) == 4 and parts[0] == socket.gethostname() and parts[1].isdigit()
+
+
 def _holder_alive(owner: str) -> bool:
     """``False`` only when the holder is known dead: a process on this host
     that is gone. Holders elsewhere keep the lease until it expires."""
@@ -117,6 +122,32 @@ class SpoolProcesses(SpoolCore):
                 (owner, now + ttl),
             )
             return True
+
+    def delivery_alive(self) -> bool:
+        """Whether a process delivers from this spool now: the lease is held
+        by a live process on this host (renewed or not), or by one elsewhere
+        whose lease has not expired. A delivering process holds the lease
+        from its first pass until it stops, so ``False`` means a run still
+        pending waits for somebody to deliver it (``push``)."""
+        rows = self._query("SELECT owner, expires FROM lease WHERE name = 'uploader'")
+        if not rows:
+            return False
+        owner, expires = rows[0]
+        if _on_this_host(owner):
+            return _holder_alive(owner)
+        return bool(expires > time.time())
+
+    def open_runs_fed_in_process(self) -> list[str]:
+        """Open runs without a recorded end that processes of their own feed
+        (and own), not ``serve``: the runs whose producers' deaths mean a
+        crash (:func:`~prime_runs_otel.deliver.crashed.end_runs_of_dead_producers`).
+        A run claimed through ``serve`` (its ``owner_id``) is never one."""
+        rows = self._query(
+            "SELECT local_id FROM runs WHERE end_status IS NULL AND close_state = 'open' "
+            "AND COALESCE(owner_id, '') = '' AND EXISTS (SELECT 1 FROM producers p "
+            "WHERE p.run_id = runs.local_id AND p.owner = 1)"
+        )
+        return [local_id for (local_id,) in rows]
 
     def release_lease(self, owner: str) -> None:
         with self._transaction() as db:

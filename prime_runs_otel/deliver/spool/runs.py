@@ -280,6 +280,27 @@ class SpoolRuns(SpoolCore):
             )
             return cursor.rowcount == 1
 
+    def reopen_run(self, local_id: str) -> bool:
+        """Take back a run's end so that its producer can finish it again
+        (a replay run again after it was interrupted). Only while the end is
+        the spool's alone: a local run, or an online one not yet closed on
+        the platform (a closed platform run is never reopened). ``False``
+        when the run cannot be reopened."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE runs SET end_status = NULL, end_error = NULL, ended_at = NULL, "
+                "end_expected = NULL, end_summary = NULL, close_state = 'open', "
+                "closed_at = NULL, updated_at = ? WHERE local_id = ? "
+                "AND end_status IS NOT NULL AND (mode = 'local' OR close_state = 'open')",
+                (time.time(), local_id),
+            )
+            if cursor.rowcount != 1:
+                return False
+            # The processes that fed it before ended it: the one reopening it
+            # registers itself, and theirs must not mark it crashed again.
+            db.execute("DELETE FROM producers WHERE run_id = ?", (local_id,))
+            return True
+
     def set_mode(self, local_id: str, mode: str) -> None:
         """Switch where a run goes. A local run taken online (``push``) is
         reopened: being closed in the local store says nothing about the
