@@ -276,7 +276,8 @@ class RunResult:
                 " (each is named in a warning above)"
             )
         if self.stopped:
-            text += f". Delivery stopped: {self.error}. Next: {self.next_step}"
+            stopped = (self.error or "").rstrip(". ")
+            text += f". Delivery stopped: {stopped}. Next: {self.next_step}"
         elif self.error:
             text += f". Last error: {self.error}"
         if not self.stopped and self.pending:

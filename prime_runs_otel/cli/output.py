@@ -7,11 +7,14 @@ reader closing the pipe early is normal, not an error, so no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 
@@ -174,3 +177,31 @@ def command_name() -> str:
         except ValueError:
             return str(here)
     return f"{Path(sys.executable).name} -m prime_runs_otel.cli"
+
+
+class _AboutRun(logging.Filter):
+    def __init__(self, local_id: str) -> None:
+        super().__init__()
+        self.local_id = local_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("prime_runs_otel"):
+            return True
+        return self.local_id not in record.getMessage()
+
+
+@contextlib.contextmanager
+def reported_here(local_id: str) -> Iterator[None]:
+    """While a command waits on a run whose outcome it prints itself, the
+    package's own log lines about that run stay quiet: a refused key was
+    otherwise said five times over (the delivery's log, the exporter's, the
+    run's, then the command's result and summary)."""
+    quiet = _AboutRun(local_id)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(quiet)

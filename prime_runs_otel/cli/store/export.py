@@ -17,7 +17,7 @@ from ...deliver.spool import EpisodeRow, RunRow, Spool
 from ...deliver.summary import run_summary
 from ...read.projection import episode_sample_rows, traces_line
 from ..arguments import spool_option
-from ..exits import EXIT_INCOMPLETE, EXIT_OK
+from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, stdout_gone
 from .export_otlp import export_otlp
 from .lookup import find, open_spool
@@ -29,6 +29,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     run = find(spool, args.run)
     if args.otlp:
         return export_otlp(spool, run, args.otlp)
+    if args.what == "metrics" and run.kind != "train":
+        raise UsageError(
+            f"run {run.local_id[:12]} is an {run.kind} run: only training runs have step "
+            "metrics. Its averages are in `--what summary`, its episodes in `--what episodes`"
+        )
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             code = _export(spool, run, args.what, out)
