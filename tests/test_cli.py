@@ -185,7 +185,8 @@ def test_unknown_run_is_a_usage_error(spool_with_a_run: str, command: list[str])
     assert "prime-runs-otel runs" in done.stderr
 
 
-@pytest.mark.parametrize("command", [["runs"], ["show", "abc"], ["export", "abc"]])
+# `runs` there is an empty list (tests/test_newcomer_messages.py).
+@pytest.mark.parametrize("command", [["show", "abc"], ["export", "abc"]])
 def test_missing_spool_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
     done = _cli(*command, PRIME_RUNS_OTEL_DIR=str(tmp_path / "nowhere"))
 

@@ -163,6 +163,7 @@ def test_runs_on_a_fresh_machine_is_an_empty_list_and_a_hint() -> None:
     assert done.returncode == 0, done.stderr
     assert "no runs yet" in done.stdout and "prime-runs-otel demo" in done.stdout
     assert _json("runs") == []
+    assert not Path(os.environ["PRIME_RUNS_OTEL_DIR"]).exists(), "looking creates no spool"
 
 
 def test_an_ambiguous_prefix_lists_the_runs_it_could_mean() -> None:
