@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from test_receiver import ServeProcess, free_port, serve_env
 from prime_runs_otel.testing import FakePlatform
 
 TIMEOUT = 120
+ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "prime_runs_otel.cli"]
 
 
@@ -241,3 +243,14 @@ def _run_python(code: str, **env: Any) -> subprocess.CompletedProcess[str]:
         timeout=TIMEOUT,
         env={**os.environ, **env},
     )
+
+
+# -- install lines ------------------------------------------------------------------------
+
+
+def test_no_document_installs_the_package_from_a_registry() -> None:
+    """It is not on PyPI: every pip line that names it installs it from a clone."""
+    from_registry = re.compile(r"pip install[^\n`]*?\s['\"]?prime-runs-otel(?![\w/.-])")
+    for document in sorted((ROOT / "docs").glob("*.md")):
+        for line in document.read_text().splitlines():
+            assert not from_registry.search(line), f"{document.name}: {line}"
