@@ -233,6 +233,8 @@ def test_run_without_a_key_says_where_runs_are_kept(isolated_environment: Path) 
     assert "prime-runs-otel ui" in line and "show" in line
     keyed = _run_python("print('ran')", PRIME_API_KEY="a-key")
     assert keyed.stderr == ""  # online: nothing to say
+    collector = _run_python("print('ran')", OTEL_TRACES_EXPORTER="otlp")
+    assert collector.stderr == ""  # over OTLP, the receiving serve keeps the runs
 
 
 def _run_python(code: str, **env: Any) -> subprocess.CompletedProcess[str]:

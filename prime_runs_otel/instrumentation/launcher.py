@@ -94,9 +94,15 @@ def _program(name: str) -> str:
 def _say_where_local_runs_go() -> None:
     """One line, before the command starts, when its runs will stay on this
     machine (no API key): where they are kept and how to look at them.
-    Settings are read only when no key or mode is set in the environment,
-    the one case where they can say "local"."""
-    if os.environ.get("PRIME_API_KEY") or os.environ.get("PRIME_RUNS_MODE"):
+    Settings are read only when the environment leaves "local" possible:
+    no key in it, no other mode, runs exported in process (not over OTLP
+    to a collector, whose ``serve`` keeps them)."""
+    exporters = os.environ.get("OTEL_TRACES_EXPORTER", "prime_runs")
+    if "prime_runs" not in {name.strip() for name in exporters.split(",")}:
+        return
+    if os.environ.get("PRIME_API_KEY"):
+        return
+    if os.environ.get("PRIME_RUNS_MODE", "").strip().lower() in ("online", "disabled"):
         return
     from ..config import resolve_settings
 
