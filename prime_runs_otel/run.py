@@ -629,6 +629,11 @@ class Run:
         logger.log(level, "prime-runs-otel: %s", result.describe())
         return result
 
+    @property
+    def finishing(self) -> bool:
+        """Whether :meth:`finish` has begun (it may still be waiting on delivery)."""
+        return self._finished
+
     def snapshot(self, status: str | None = None) -> RunResult:
         """Where the run's delivery stands right now, read from the spool
         without waiting: what a progress display shows while episodes stream."""

@@ -7,14 +7,12 @@ reader closing the pipe early is normal, not an error, so no traceback.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any, TextIO
 
 
@@ -190,18 +188,12 @@ class _AboutRun(logging.Filter):
         return self.local_id not in record.getMessage()
 
 
-@contextlib.contextmanager
-def reported_here(local_id: str) -> Iterator[None]:
-    """While a command waits on a run whose outcome it prints itself, the
-    package's own log lines about that run stay quiet: a refused key was
+def reported_here(local_id: str) -> None:
+    """For the rest of the command, which prints the run's outcome itself,
+    the package's own log lines about that run stay quiet: a refused key was
     otherwise said five times over (the delivery's log, the exporter's, the
-    run's, then the command's result and summary)."""
+    run's, then the command's result and summary), and after Ctrl-C the
+    exporter's exit repeated what the command had just said."""
     quiet = _AboutRun(local_id)
-    handlers = list(logging.getLogger().handlers)
-    for handler in handlers:
+    for handler in logging.getLogger().handlers:
         handler.addFilter(quiet)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(quiet)

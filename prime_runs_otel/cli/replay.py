@@ -10,6 +10,7 @@ time. Ctrl-C finishes the run as cancelled, never as crashed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -54,6 +55,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         run_id=args.run_key or replay_run_key(path),
         spool_dir=args.spool_dir,
     )
+    reported_here(run.id)  # its outcome is printed below, once
     progress = Progress("replaying episodes", total)
     try:
         if first is not None:
@@ -66,8 +68,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for problem in errors:
         error(problem)
     timeout = DEFAULT_REPLAY_TIMEOUT if args.timeout is None else args.timeout
-    with reported_here(run.id):
-        result = run.finish("completed", timeout=timeout)
+    result = run.finish("completed", timeout=timeout)
     print_result(result, bad_lines=len(errors), as_json=args.json)
     delivered = result.closed and not (
         result.pending or result.failed or result.uncertain or result.unencodable
@@ -175,20 +176,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
             tags=["demo"],
             settings=settings,
         )
-        with reported_here(run.id):
-            progress = Progress("recording episodes", args.episodes)
-            try:
-                for record in synthetic_episodes(args.episodes, seed=args.seed, ending_at="now"):
-                    run.record_episode(record)
-                    progress.advance()
-            except KeyboardInterrupt:
-                return _interrupted(run, progress, as_json=False)
-            progress.close()
+        reported_here(run.id)  # its outcome is printed below, once
+        progress = Progress("recording episodes", args.episodes)
+        try:
+            for record in synthetic_episodes(args.episodes, seed=args.seed, ending_at="now"):
+                run.record_episode(record)
+                progress.advance()
+            # Every episode is in the spool before Ctrl-C is called safe.
+            run.wait_delivered(0)
+        except KeyboardInterrupt:
+            return _interrupted(run, progress, as_json=False)
+        progress.close()
+        try:
             print(finishing_line(settings.mode, settings.spool_dir), flush=True)
-            try:
-                result = run.finish()
-            except KeyboardInterrupt:
-                return _stopped_waiting(run.id, settings.spool_path)
+            result = run.finish()
+        except KeyboardInterrupt:
+            return _stopped_waiting(run, settings.spool_path)
         print_result(result, with_next_step=False)  # the summary below says it once
         print()
         spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
@@ -235,8 +238,15 @@ def finishing_line(mode: str, spool_dir: Path) -> str:
     return f"finishing the run: kept locally (no API key), in {spool_dir}"
 
 
-def _stopped_waiting(local_id: str, spool_path: Path) -> int:
-    """Ctrl-C while the run was being delivered: nothing is lost, say where it is."""
+def _stopped_waiting(run: Run, spool_path: Path) -> int:
+    """Ctrl-C while the run was being delivered: nothing is lost, say where it is.
+
+    A Ctrl-C that lands before ``finish()`` began still ends the run (its
+    episodes were all recorded), without waiting for the platform."""
+    with contextlib.suppress(KeyboardInterrupt):
+        if not run.finishing:
+            run.finish(timeout=0)
+    local_id = run.id
     print(
         f"\nstopped waiting: run {local_id[:12]} and what is not delivered yet stay in "
         f"{spool_path}; `prime-runs-otel push {local_id[:12]}` delivers it later",
