@@ -1,5 +1,10 @@
 """An eval process reporting its run through OpenTelemetry, the short way.
 
+Install and run, from a clone of this repository (the package is not on PyPI):
+
+    pip install -e '.[examples]'
+    python examples/eval_in_process.py
+
 Run it as is and the run goes to the local store (no API key needed); with
 PRIME_API_KEY set it goes to the platform. `prime-runs-otel runs` lists it.
 """

@@ -1,5 +1,10 @@
 """Code that owns its TracerProvider: the pieces instead of start_run().
 
+Install and run, from a clone of this repository (the package is not on PyPI):
+
+    pip install -e '.[examples]'
+    python examples/own_tracer_provider.py
+
 The run is the Resource; the exporter is one more span processor beside any
 others (an OTLP exporter to Jaeger or Tempo would sit next to it unchanged).
 """

@@ -1,5 +1,12 @@
 """A minimal RL loop reporting its training run through OpenTelemetry.
 
+Install and run, from a clone of this repository (the package is not on PyPI;
+the extra brings the ``openai`` client and its instrumentation, pinned to
+versions that work together):
+
+    pip install -e '.[examples]'
+    python examples/rl_loop.py
+
 The policy is served behind an OpenAI-compatible endpoint (vLLM, SGLang, ...)
 and the loop's model calls are traced by OpenTelemetry's own instrumentation of
 the ``openai`` client (``opentelemetry-instrumentation-openai-v2``). The loop

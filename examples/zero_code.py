@@ -1,6 +1,10 @@
 """Zero-code set-up: this script only creates spans; the exporter, the
 TracerProvider and the run's identity come from the environment.
 
+Install and run, from a clone of this repository (the package is not on PyPI;
+the extra brings ``opentelemetry-instrument``):
+
+    pip install -e '.[examples]'
     RUN=prime.run.id=my-eval-001,prime.run.name=my-eval
     OTEL_RESOURCE_ATTRIBUTES="$RUN,prime.run.environments=gsm8k-demo" \\
     OTEL_TRACES_EXPORTER=prime_runs \\

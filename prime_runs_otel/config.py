@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -158,12 +159,25 @@ def _prime_config() -> _PrimeConfig:
         try:
             parsed = json.loads(text) if text.strip() else {}
         except ValueError as exc:
-            raise ConfigError(
-                f"{path} is not valid JSON ({exc}); fix it with `prime login`, or move it away"
-            ) from None
+            raise ConfigError(f"{path} is not valid JSON ({exc}); {config_fix_hint()}") from None
         if not isinstance(parsed, dict):
-            raise ConfigError(f"{path} must hold a JSON object; fix it with `prime login`")
+            raise ConfigError(f"{path} must hold a JSON object; {config_fix_hint()}")
     return _PrimeConfig()
+
+
+def key_hint() -> str:
+    """How to give an API key on this machine: ``prime login`` only where the
+    ``prime`` command is installed (advice to run a missing command is a dead end)."""
+    if shutil.which("prime"):
+        return "set PRIME_API_KEY or run `prime login`"
+    return "set PRIME_API_KEY"
+
+
+def config_fix_hint() -> str:
+    """How to repair a damaged ``~/.prime/config.json``."""
+    if shutil.which("prime"):
+        return "fix it with `prime login`, or move it away"
+    return "move it away and set PRIME_API_KEY instead"
 
 
 def _validate(settings: Settings) -> None:
@@ -201,8 +215,8 @@ def _resolve_mode(mode: str | None, *, has_key: bool) -> Mode:
     if value == "online":
         if not has_key:
             raise ConfigError(
-                f"{MODE_ENV}=online needs an API key: set PRIME_API_KEY or run "
-                "`prime login`, or use PRIME_RUNS_MODE=local to keep runs on this machine."
+                f"{MODE_ENV}=online needs an API key: {key_hint()}, or use "
+                "PRIME_RUNS_MODE=local to keep runs on this machine."
             )
         return "online"
     if value == "local":

@@ -276,7 +276,8 @@ class RunResult:
                 " (each is named in a warning above)"
             )
         if self.stopped:
-            text += f". Delivery stopped: {self.error}. Next: {self.next_step}"
+            stopped = (self.error or "").rstrip(". ")
+            text += f". Delivery stopped: {stopped}. Next: {self.next_step}"
         elif self.error:
             text += f". Last error: {self.error}"
         if not self.stopped and self.pending:
@@ -645,6 +646,11 @@ class Run:
         level = logging.INFO if settled or not self._owns_lifecycle else logging.WARNING
         logger.log(level, "prime-runs-otel: %s", result.describe())
         return result
+
+    @property
+    def finishing(self) -> bool:
+        """Whether :meth:`finish` has begun (it may still be waiting on delivery)."""
+        return self._finished
 
     def snapshot(self, status: str | None = None) -> RunResult:
         """Where the run's delivery stands right now, read from the spool

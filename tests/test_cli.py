@@ -185,7 +185,8 @@ def test_unknown_run_is_a_usage_error(spool_with_a_run: str, command: list[str])
     assert "prime-runs-otel runs" in done.stderr
 
 
-@pytest.mark.parametrize("command", [["runs"], ["show", "abc"], ["export", "abc"]])
+# `runs` there is an empty list (tests/test_newcomer_messages.py).
+@pytest.mark.parametrize("command", [["show", "abc"], ["export", "abc"]])
 def test_missing_spool_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
     done = _cli(*command, PRIME_RUNS_OTEL_DIR=str(tmp_path / "nowhere"))
 
@@ -200,7 +201,8 @@ def test_push_without_api_key_says_how_to_get_one(spool_with_a_run: str) -> None
 
     assert done.returncode == 2
     assert "push needs an API key" in done.stderr
-    assert "PRIME_API_KEY" in done.stderr and "prime login" in done.stderr
+    # `prime login` only where the prime command is installed (test_newcomer_messages.py).
+    assert "PRIME_API_KEY" in done.stderr
 
 
 def test_replay_of_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import httpx
 
 from .._json import loads as fast_loads
 from .._text import one_line
-from ..config import Settings, resolve_settings
+from ..config import Settings, key_hint, resolve_settings
 from ..deliver.spool import RETAKE_RESERVES, Spool, SpoolError
 from ..errors import ConfigError
 from .output import human_bytes
@@ -41,9 +41,14 @@ def run_checks(*, spool_dir: str | None = None, timeout: float = 5.0) -> list[Ch
         return [Check("configuration", FAIL, str(exc), "correct the setting named above")]
     checks = [_configuration(settings), _spool(settings)]
     if settings.mode == "online":
-        checks.append(_reachable("platform API", _api_probe(settings), settings, timeout))
+        checks.append(platform_check(settings, timeout))
         checks.append(_reachable("Prime Traces", _traces_probe(settings), settings, timeout))
     return checks
+
+
+def platform_check(settings: Settings, timeout: float = 5.0) -> Check:
+    """The platform API check alone: does it answer, and take the key."""
+    return _reachable("platform API", _api_probe(settings), settings, timeout)
 
 
 def _configuration(settings: Settings) -> Check:
@@ -57,7 +62,7 @@ def _configuration(settings: Settings) -> Check:
             "configuration",
             WARN,
             detail + "; runs are kept in the local store",
-            "set PRIME_API_KEY (or run `prime login`) to deliver runs to the platform",
+            f"{key_hint()} to deliver runs to the platform",
         )
     if settings.mode == "disabled":
         return Check("configuration", WARN, detail, "unset PRIME_RUNS_MODE to record runs")

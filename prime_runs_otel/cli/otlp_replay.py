@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -59,6 +60,9 @@ REPLAY_BATCH_BYTES = 16 * MiB
 #: says otherwise: an endpoint that refuses or is away is reported, not waited
 #: on for minutes.
 DEFAULT_OTLP_TIMEOUT = 30.0
+#: How long the first connection to the endpoint may take before it is
+#: reported not reachable.
+REACH_TIMEOUT = 5.0
 
 
 def add_otlp_replay_option(replay_parser: argparse.ArgumentParser) -> None:
@@ -171,6 +175,11 @@ def replay_over_otlp(
         framework=framework,
     )
     target = traces_endpoint(endpoint)
+    unreachable = _unreachable(target, min(timeout, REACH_TIMEOUT) if timeout else REACH_TIMEOUT)
+    if unreachable:
+        return _report_unreachable(
+            target, unreachable, str(resource.attributes[semconv.RUN_ID]), total, as_json=as_json
+        )
     exporter = _CountingExporter(
         OTLPSpanExporter(
             endpoint=target,
@@ -230,6 +239,51 @@ def replay_over_otlp(
             file=sys.stderr,
         )
     return EXIT_OK if not exporter.refused_spans and not bad_lines else EXIT_INCOMPLETE
+
+
+def _unreachable(url: str, timeout: float) -> str | None:
+    """Why nothing listens at ``url``, or ``None`` when a connection opens.
+
+    Asked once, before the first span: the SDK's exporter would otherwise
+    retry every batch with backoff for its whole timeout, logging a warning
+    each time, and end with "refused" for what was never delivered."""
+    parsed = urlsplit(url)
+    host = parsed.hostname or "localhost"
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return "the URL's port is not a number"
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
+def _report_unreachable(
+    target: str, reason: str, local_id: str, total: int, *, as_json: bool
+) -> int:
+    """Nothing was sent: say so, and what to check, in one line."""
+    if as_json:
+        print_json(
+            {
+                "id": local_id,
+                "endpoint": target,
+                "episodes": total,
+                "accepted": 0,
+                "refused": 0,
+                "never_sent": total,
+                "bad_lines": 0,
+                "run_end_sent": False,
+                "reachable": False,
+            }
+        )
+    print(
+        f"error: not reachable: {target} ({reason}); nothing was sent. Start the collector or "
+        "`prime-runs-otel serve` there, or check the URL (host and port), then replay again",
+        file=sys.stderr,
+    )
+    return EXIT_INCOMPLETE
 
 
 def traces_endpoint(url: str) -> str:

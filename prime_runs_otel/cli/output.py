@@ -8,6 +8,7 @@ reader closing the pipe early is normal, not an error, so no traceback.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
@@ -174,3 +175,25 @@ def command_name() -> str:
         except ValueError:
             return str(here)
     return f"{Path(sys.executable).name} -m prime_runs_otel.cli"
+
+
+class _AboutRun(logging.Filter):
+    def __init__(self, local_id: str) -> None:
+        super().__init__()
+        self.local_id = local_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("prime_runs_otel"):
+            return True
+        return self.local_id not in record.getMessage()
+
+
+def reported_here(local_id: str) -> None:
+    """For the rest of the command, which prints the run's outcome itself,
+    the package's own log lines about that run stay quiet: a refused key was
+    otherwise said five times over (the delivery's log, the exporter's, the
+    run's, then the command's result and summary), and after Ctrl-C the
+    exporter's exit repeated what the command had just said."""
+    quiet = _AboutRun(local_id)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(quiet)

@@ -10,8 +10,10 @@ time. Ctrl-C finishes the run as cancelled, never as crashed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -30,10 +32,10 @@ from ..produce.traces_jsonl import (
 )
 from ..run import Run, RunResult, start_run
 from ..view.runs import run_view
-from .arguments import json_option, non_negative_float, spool_option
+from .arguments import json_option, non_negative_float, positive_int, spool_option
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
-from .output import Progress, color, command_name, error, print_json
+from .output import Progress, color, command_name, error, print_json, reported_here
 from .recorded_eval import DEFAULT_FRAMEWORK, recorded_eval, replay_options, replay_run_key
 from .store.show import print_show
 
@@ -68,6 +70,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         run_id=run_key,
         spool_dir=args.spool_dir,
     )
+    reported_here(run.id)  # its outcome is printed below, once
     progress = Progress("replaying episodes", total)
     try:
         if first is not None:
@@ -169,7 +172,9 @@ def result_view(result: RunResult) -> dict[str, Any]:
     }
 
 
-def print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = False) -> None:
+def print_result(
+    result: RunResult, *, bad_lines: int = 0, as_json: bool = False, with_next_step: bool = True
+) -> None:
     if as_json:
         print_json({**result_view(result), "bad_lines": bad_lines})
         return
@@ -186,6 +191,8 @@ def print_result(result: RunResult, *, bad_lines: int = 0, as_json: bool = False
         + (f", {bad_lines} bad line(s)" if bad_lines else "")
     )
     print(f"spool:     {result.spool_path}")
+    if not with_next_step:
+        return
     if result.stopped:
         print(f"stopped:   {result.error}")
     if result.next_step:
@@ -212,7 +219,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         where = {"online": "the platform", "local": "the local store"}.get(settings.mode, "nowhere")
         print(f"demo: {args.episodes} episodes through OpenTelemetry into {where}")
         run = start_run(
-            name=f"demo-{int(time.time())}",
+            name=demo_name(),
             model="demo/solver-8b",
             environments=["gsm8k-demo"],
             framework="prime-runs-otel-demo",
@@ -220,17 +227,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
             tags=["demo"],
             settings=settings,
         )
+        reported_here(run.id)  # its outcome is printed below, once
         progress = Progress("recording episodes", args.episodes)
         try:
             for record in synthetic_episodes(args.episodes, seed=args.seed, ending_at="now"):
                 run.record_episode(record)
                 progress.advance()
+            # Every episode is in the spool before Ctrl-C is called safe.
+            run.wait_delivered(0)
         except KeyboardInterrupt:
             return _interrupted(run, progress, as_json=False)
         progress.close()
-        print("finishing the run (delivering, then closing it)...")
-        result = run.finish()
-        print_result(result)
+        try:
+            print(finishing_line(settings.mode, settings.spool_dir), flush=True)
+            result = run.finish()
+        except KeyboardInterrupt:
+            return _stopped_waiting(run, settings.spool_path)
+        print_result(result, with_next_step=False)  # the summary below says it once
         print()
         spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
         row = spool.run(result.local_id)
@@ -256,6 +269,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
         os.environ.update(env_backup)
         if fake is not None:
             fake.stop()
+
+
+def demo_name() -> str:
+    """``demo-<time>-<4 hex>``: two demos started in the same second (in two
+    terminals, or by a script) are still two names."""
+    return f"demo-{int(time.time())}-{secrets.token_hex(2)}"
+
+
+def finishing_line(mode: str, spool_dir: Path) -> str:
+    """What ``finish()`` is about to wait for, and, online, that Ctrl-C is
+    safe: the wait can last minutes when the platform is away."""
+    if mode == "online":
+        return (
+            "finishing the run: delivering it to the platform, then closing it. Ctrl-C is "
+            "safe: what is not delivered stays in the spool, and `prime-runs-otel push` "
+            "sends it later"
+        )
+    return f"finishing the run: kept locally (no API key), in {spool_dir}"
+
+
+def _stopped_waiting(run: Run, spool_path: Path) -> int:
+    """Ctrl-C while the run was being delivered: nothing is lost, say where it is.
+
+    A Ctrl-C that lands before ``finish()`` began still ends the run (its
+    episodes were all recorded), without waiting for the platform."""
+    with contextlib.suppress(KeyboardInterrupt):
+        if not run.finishing:
+            run.finish(timeout=0)
+    local_id = run.id
+    print(
+        f"\nstopped waiting: run {local_id[:12]} and what is not delivered yet stay in "
+        f"{spool_path}; `prime-runs-otel push {local_id[:12]}` delivers it later",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
 
 
 def _print_fake_platform(fake: Any, platform_id: str | None) -> None:
@@ -323,7 +371,10 @@ def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "demo", parents=[common], help="a synthetic eval run through the real pipeline"
     )
     demo.add_argument(
-        "--episodes", type=int, default=300, help="how many episodes to record (default 300)"
+        "--episodes",
+        type=positive_int,
+        default=300,
+        help="how many episodes to record, 1 or more (default 300)",
     )
     demo.add_argument("--seed", type=int, default=0, help="seed of the synthetic episodes")
     demo.add_argument(

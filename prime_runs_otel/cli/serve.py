@@ -11,6 +11,7 @@ command on its own. The producer end of the same path, ``replay
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
@@ -20,7 +21,7 @@ from typing import Any
 from .._text import configure_logging
 from ..collector.bodies import BYTE_COST, VALUE_COST
 from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
-from ..collector.receiver import run_receiver
+from ..collector.receiver import Receiver
 from ..collector.receiver_config import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -37,9 +38,10 @@ from ..collector.receiver_config import (
     ReceiverConfig,
 )
 from ..collector.run_log import RunWatcher
-from ..config import resolve_settings
-from ..errors import PrimeRunsOtelError
+from ..config import Settings, key_hint, resolve_settings
+from ..errors import ConfigError, PrimeRunsOtelError
 from .arguments import non_negative_float, port_number, positive_float, positive_int
+from .doctor import FAIL, OK, platform_check
 from .exits import EXIT_OK, EXIT_USAGE
 
 logger = logging.getLogger(__name__)
@@ -204,15 +206,44 @@ def cmd_serve(args: argparse.Namespace) -> int:
         fleet_name=args.fleet_name,
         fleet_address=args.fleet_address,
     )
+    config.validate()  # before anything starts: a refused setting is refused at once
     settings = resolve_settings(spool_dir=args.spool_dir)
+    if settings.mode == "online":
+        check_key_at_start(settings)
     watcher = RunWatcher(settings)
     watcher.start()
+    started = False
     try:
-        run_receiver(config, settings)
+        receiver = Receiver(config, settings)
+        started = True
+        asyncio.run(receiver.serve())
     finally:
         watcher.stop()
-        logger.info("serve stopped; what it accepted is in %s", settings.spool_path)
+        if started:
+            logger.info("serve stopped; what it accepted is in %s", settings.spool_path)
     return EXIT_OK
+
+
+def check_key_at_start(settings: Settings) -> None:
+    """Ask the platform about the key before accepting anything, as
+    ``doctor`` does: a refused key stops ``serve`` at once (every run it
+    accepted would be refused later); a platform that cannot be reached
+    now is only a warning, since runs wait in the spool until it can."""
+    check = platform_check(settings)
+    if check.status == FAIL and "401" in check.detail:
+        raise ConfigError(
+            f"the platform refused the API key (401) at {settings.base_url}: "
+            f"{key_hint()} with a valid key (`prime-runs-otel doctor` tests it), or run "
+            "serve with PRIME_RUNS_MODE=local to keep runs on this machine"
+        )
+    if check.status != OK:
+        logger.warning(
+            "the platform API at %s: %s; serving anyway, runs wait in %s until it takes them "
+            "(`prime-runs-otel doctor` checks the settings)",
+            settings.base_url,
+            check.detail,
+            settings.spool_path,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from .._net import bind_socket
 from ..errors import ConfigError
 from ..read.otlp import OtlpDecodeError, decode_protobuf
 from ..read.otlp_logs import decode_logs_protobuf
@@ -321,6 +322,7 @@ class GrpcFront:
 def grpc_server(receiver: GrpcReceiver, port: int) -> GrpcFront:
     """The gRPC front of ``receiver`` on ``port`` (0: any free one)."""
     config = receiver.config
+    _refuse_taken_port(config.host, port)
     pool = _CountingPool(config.workers)
     services = [OtlpGrpcService(receiver), OtlpGrpcLogsService(receiver)]
     admission = _Admission(services, pool, admitted_calls(config.workers), receiver.intake.counters)
@@ -350,7 +352,22 @@ def grpc_server(receiver: GrpcReceiver, port: int) -> GrpcFront:
         pool.shutdown(wait=False)
         admission.shutdown()
         raise ConfigError(
-            f"cannot listen for OTLP/gRPC on {address}: {reason}. Pick another "
+            f"cannot listen for OTLP/gRPC on {address}: {reason.rstrip('. ')}. Pick another "
             "--grpc-port, or turn gRPC off with --no-grpc."
         )
     return GrpcFront(server, bound, pool, admission)
+
+
+def _refuse_taken_port(host: str, port: int) -> None:
+    """A port already taken is refused here, in one line, before gRPC tries
+    it: gRPC's C core would first log its own ``add_port.cc`` error line."""
+    if port == 0:
+        return
+    try:
+        bind_socket(host, port, backlog=1).close()
+    except OSError as exc:
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ConfigError(
+            f"cannot listen for OTLP/gRPC on {address}: {exc.strerror or exc}. Pick another "
+            "--grpc-port, or turn gRPC off with --no-grpc."
+        ) from None

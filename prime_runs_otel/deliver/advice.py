@@ -8,16 +8,15 @@ that works for that reason (a new key does not fix a missing environment).
 
 from __future__ import annotations
 
+from ..config import key_hint
+
 
 def next_step(local_id: str, error: str | None) -> str:
     """The command (or setting) that gets a stopped run delivered, or removed."""
     text = (error or "").lower()
     push = f"`prime-runs-otel push {local_id}`"
     if "401" in text or "api key" in text or "unauthorized" in text:
-        return (
-            "check the API key (PRIME_API_KEY, or `prime login`; `prime-runs-otel doctor` "
-            f"tests it), then {push}"
-        )
+        return f"check the API key ({key_hint()}; `prime-runs-otel doctor` tests it), then {push}"
     if "environment" in text:
         return (
             "name an environment that exists: "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..config import Settings
+from ..config import Settings, key_hint
 from .backoff import Backoff
 from .platform.evals import EvalsAPI
 from .platform.http import PlatformClient, PlatformError
@@ -74,8 +74,8 @@ class PlatformClients:
                 if not settings.api_key:
                     raise Backoff(
                         PlatformError(
-                            "no API key: set PRIME_API_KEY (or run `prime login`) to deliver "
-                            "online runs, or keep them local with PRIME_RUNS_MODE=local",
+                            f"no API key: {key_hint()} to deliver online runs, or keep "
+                            "them local with PRIME_RUNS_MODE=local",
                         ),
                         delay=max(settings.retry_max_delay, 1.0),
                     )

@@ -76,7 +76,7 @@ def fail_create(spool: Spool, run: RunRow, reason: str) -> None:
         "Run %s cannot be created on the platform: %s. Its episodes stay in the spool "
         "(%s); fix the cause and run `prime-runs-otel push %s`.",
         run.local_id,
-        reason,
+        reason.rstrip(". "),  # the sentence goes on: one period, not two
         spool.path,
         run.local_id,
     )

@@ -54,9 +54,67 @@ def launch(command: Sequence[str]) -> None:
             "nothing to run: prime-runs-otel run -- COMMAND [ARGS...], "
             "for example prime-runs-otel run -- vf-eval my-taskset -m my-model"
         )
-    program = shutil.which(command[0])
-    if program is None:
+    program = _program(command[0])
+    _say_where_local_runs_go()
+    try:
+        os.execve(program, list(command), child_environment(os.environ))
+    except OSError as exc:
         raise ConfigError(
-            f"{command[0]!r} was not found on PATH; check the command's name, or give its path"
+            f"{command[0]!r} cannot be run ({exc.strerror}); a script needs a first line "
+            "naming its interpreter (#!/usr/bin/env python3), or run it through one: "
+            f"prime-runs-otel run -- python {command[0]}"
+        ) from None
+
+
+def _program(name: str) -> str:
+    """The file ``name`` runs, or a :class:`ConfigError` that says why not
+    and what to do: a file that exists is never reported "not found"."""
+    program = shutil.which(name)
+    if program is not None:
+        return program
+    path = Path(name)
+    if os.sep in name or (os.altsep and os.altsep in name):
+        if path.is_dir():
+            raise ConfigError(f"{name!r} is a folder, not a program")
+        if path.exists():
+            raise ConfigError(
+                f"{name!r} is not executable: make it so with `chmod +x {name}`, or run it "
+                f"through its interpreter (prime-runs-otel run -- python {name} for a Python "
+                "script)"
+            )
+        raise ConfigError(f"{name!r} does not exist; check the path")
+    if path.is_file():
+        raise ConfigError(
+            f"{name!r} was not found on PATH; to run the file of that name here, give its "
+            f"path: prime-runs-otel run -- ./{name}"
         )
-    os.execve(program, list(command), child_environment(os.environ))
+    raise ConfigError(f"{name!r} was not found on PATH; check the command's name, or give its path")
+
+
+def _say_where_local_runs_go() -> None:
+    """One line, before the command starts, when its runs will stay on this
+    machine (no API key): where they are kept and how to look at them.
+    Settings are read only when the environment leaves "local" possible:
+    no key in it, no other mode, runs exported in process (not over OTLP
+    to a collector, whose ``serve`` keeps them)."""
+    exporters = os.environ.get("OTEL_TRACES_EXPORTER", "prime_runs")
+    if "prime_runs" not in {name.strip() for name in exporters.split(",")}:
+        return
+    if os.environ.get("PRIME_API_KEY"):
+        return
+    if os.environ.get("PRIME_RUNS_MODE", "").strip().lower() in ("online", "disabled"):
+        return
+    from ..config import resolve_settings
+
+    try:
+        settings = resolve_settings()
+    except ConfigError:
+        return  # the command's own runs report the setting, where it is read
+    if settings.mode == "local":
+        print(
+            f"prime-runs-otel: no API key, so runs are kept locally in {settings.spool_dir}; "
+            "look at them with `prime-runs-otel ui` (browser), `prime-runs-otel runs` and "
+            "`prime-runs-otel show RUN`",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -30,6 +30,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     run = find(spool, args.run)
     if args.otlp:
         return export_otlp(spool, run, args.otlp)
+    if args.what == "metrics" and run.kind != "train":
+        raise UsageError(
+            f"run {run.local_id[:12]} is an {run.kind} run: only training runs have step "
+            "metrics. Its averages are in `--what summary`, its episodes in `--what episodes`"
+        )
     if args.output:
         with _output_file(args.output) as out:
             code = _export(spool, run, args.what, out)

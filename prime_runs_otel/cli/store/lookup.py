@@ -21,10 +21,10 @@ from ..exits import UsageError
 
 def open_spool(spool_dir: str | None) -> tuple[Settings, Spool]:
     settings = resolve_settings(spool_dir=spool_dir, mode="local")
-    if not settings.spool_path.exists():
+    if not spool_exists(settings):
         raise UsageError(
             f"no spool at {settings.spool_path}: nothing has been recorded there yet "
-            "(set PRIME_RUNS_OTEL_DIR or --spool-dir to look elsewhere)"
+            f"(set PRIME_RUNS_OTEL_DIR or --spool-dir to look elsewhere); {first_run_hint()}"
         )
     spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
     _end_runs_of_dead_producers(spool)
@@ -51,6 +51,19 @@ def _end_runs_of_dead_producers(spool: Spool) -> None:
         )
 
 
+def spool_exists(settings: Settings) -> bool:
+    """Whether anything was ever recorded where ``settings`` point."""
+    return settings.spool_path.exists()
+
+
+def first_run_hint() -> str:
+    """How to make a first run, for a store that has none yet."""
+    return (
+        "`prime-runs-otel demo` records one (`make demo` in a checkout); "
+        "`prime-runs-otel run -- COMMAND` or `replay traces.jsonl` record yours"
+    )
+
+
 def find(spool: Spool, key: str) -> RunRow:
     """A run by id, platform id, a unique prefix of either, or its exact name."""
     named = runs_named(spool, key)
@@ -59,10 +72,24 @@ def find(spool: Spool, key: str) -> RunRow:
     if len(named) > 1:
         ids = ", ".join(row.local_id[:12] for row in named)
         raise UsageError(f"{len(named)} runs are named {key!r} ({ids}); give an id instead")
-    raise UsageError(
-        f"no run {key!r} in {spool.path} (or the prefix is ambiguous); "
-        "`prime-runs-otel runs` lists them"
-    )
+    matches = _prefixed(spool, key)
+    if len(matches) > 1:
+        listed = "; ".join(f"{row.local_id[:12]} ({row.name or 'unnamed'})" for row in matches[:10])
+        more = f"; and {len(matches) - 10} more" if len(matches) > 10 else ""
+        raise UsageError(
+            f"{key!r} starts the id of {len(matches)} runs: {listed}{more}; give more of the id"
+        )
+    raise UsageError(f"no run {key!r} in {spool.path}; `prime-runs-otel runs` lists them")
+
+
+def _prefixed(spool: Spool, key: str) -> list[RunRow]:
+    """The runs whose id or platform id starts with ``key``: what an
+    ambiguous prefix could have meant, for the user to pick from."""
+    return [
+        row
+        for row in spool.runs()
+        if row.local_id.startswith(key) or (row.platform_id or "").startswith(key)
+    ]
 
 
 def note_damaged(spool: Spool) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._text import one_line
-from ...config import Settings, resolve_settings
+from ...config import Settings, key_hint, resolve_settings
 from ...deliver.spool import RunRow, Spool
 from ...deliver.uploader import Uploader
 from ...view.runs import run_view
@@ -73,7 +73,7 @@ def cmd_push(args: argparse.Namespace) -> int:
         return _print_dry_run(spool, ready, skipped, as_json=args.json)
     settings = resolve_settings(spool_dir=args.spool_dir)
     if not settings.api_key:
-        raise UsageError("push needs an API key: set PRIME_API_KEY or run `prime login` first")
+        raise UsageError(f"push needs an API key: {key_hint()} first")
     if not targets:
         _report([], skipped, spool, as_json=args.json, note="nothing to push")
         return EXIT_OK

@@ -4,18 +4,24 @@ or as JSON."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ..._text import one_line
+from ...config import resolve_settings
 from ...view.runs import STATES, STATUSES, run_view, select_runs
 from ..arguments import json_option, parse_since, positive_int, spool_option
 from ..exits import EXIT_OK
 from ..output import print_json, stdout_gone
-from .lookup import note_damaged, open_spool
+from .lookup import first_run_hint, note_damaged, open_spool, spool_exists
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    settings = resolve_settings(spool_dir=args.spool_dir, mode="local")
+    if not spool_exists(settings):
+        return _no_runs_yet(settings.spool_path, as_json=args.json)
     _, spool = open_spool(args.spool_dir)
     rows = select_runs(
         spool, statuses=args.status or (), kind=args.kind, name=args.name, since=args.since
@@ -44,6 +50,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
         if stdout_gone():
             break
+    return EXIT_OK
+
+
+def _no_runs_yet(path: Path, *, as_json: bool) -> int:
+    """A machine where nothing was recorded yet: an empty list, not an error
+    (a fresh install is not a misconfiguration), and how to make a run."""
+    hint = f"no runs yet (nothing recorded in {path.parent}): {first_run_hint()}"
+    if as_json:
+        print_json([])
+        print(hint, file=sys.stderr)
+    else:
+        print(hint)
     return EXIT_OK
 
 
