@@ -336,15 +336,24 @@ def test_compact_gives_back_what_an_older_spool_kept(tmp_path: Path) -> None:
         assert db.execute("PRAGMA auto_vacuum").fetchone() == (2,), "rm gives back from now on"
 
 
-def test_a_mostly_wrong_file_names_ten_bad_lines_and_counts_the_rest(tmp_path: Path) -> None:
+def test_a_mostly_wrong_file_names_ten_bad_lines_and_counts_the_rest(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    from test_receiver import ServeProcess, serve_env
+
     path = _write_traces(tmp_path / "run", 3)
     with path.open("a") as handle:
         handle.write("".join(f"INFO step {number}\n" for number in range(30)))
-    for extra in ((), ("--otlp-endpoint", "http://127.0.0.1:9", "--timeout", "1")):
-        done = _cli("replay", str(path), *extra)
-        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-        assert len(errors) == 11, done.stderr
-        assert errors[-1] == "error: ... and 20 more bad line(s), skipped the same way"
+    # Over OTLP the lines are read only once the endpoint answers: a real serve.
+    serve = ServeProcess(tmp_path, serve_env(tmp_path, platform)).start()
+    try:
+        for extra in ((), ("--otlp-endpoint", serve.url)):
+            done = _cli("replay", str(path), *extra)
+            errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+            assert len(errors) == 11, done.stderr
+            assert errors[-1] == "error: ... and 20 more bad line(s), skipped the same way"
+    finally:
+        serve.stop()
 
 
 def test_a_killed_run_command_is_shown_crashed_not_recording(tmp_path: Path) -> None:
