@@ -253,6 +253,6 @@ def _run_python(code: str, **env: Any) -> subprocess.CompletedProcess[str]:
 def test_no_document_installs_the_package_from_a_registry() -> None:
     """It is not on PyPI: every pip line that names it installs it from a clone."""
     from_registry = re.compile(r"pip install[^\n`]*?\s['\"]?prime-runs-otel(?![\w/.-])")
-    for document in sorted((ROOT / "docs").glob("*.md")):
+    for document in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for line in document.read_text().splitlines():
             assert not from_registry.search(line), f"{document.name}: {line}"
