@@ -122,7 +122,7 @@ def _posted_rows(platform: FakePlatform, run_id: str) -> dict[int, dict[str, Any
 
 def _compare(platform: FakePlatform, own: Any, ours: Any, *, steps: int, tables: list[int]) -> None:
     """What prime-rl's own monitor left against what this package left: the
-    same create request, the same row for every step prime-rl's row reached
+    same create request, every value of every step prime-rl's rows reached
     the platform, every one of the ``steps`` rows, and the same sample
     tables (at steps ``tables``).
 
@@ -135,7 +135,9 @@ def _compare(platform: FakePlatform, own: Any, ours: Any, *, steps: int, tables:
     rows = _posted_rows(platform, ours.id)
     assert sorted(rows) == list(range(steps))
     for step, row in _posted_rows(platform, own.id).items():
-        assert rows[step] == row
+        # Each key prime-rl's posts for the step left, with the same value: a
+        # step's eval row is a post of its own, and may be the one it lost.
+        assert row.items() <= rows[step].items(), (step, row, rows[step])
     ours_tables = _table(platform, ours.id)
     assert [step for step, _ in ours_tables] == tables
     assert all(table in ours_tables for table in _table(platform, own.id))
