@@ -22,7 +22,25 @@ if TYPE_CHECKING:  # typing costs more to import than all of this module
     from types import ModuleType
     from typing import Any
 
-__all__ = ["PatchOnImport"]
+__all__ = ["ORIGINAL_ATTRIBUTE", "PatchOnImport", "mark_wrapper", "original_of"]
+
+#: Marks a function this package put in place of another, and carries that
+#: other one, so a patch is applied once and undone exactly.
+ORIGINAL_ATTRIBUTE = "__prime_runs_otel_original__"
+
+
+def mark_wrapper(wrapper: Callable[..., Any], original: Callable[..., Any]) -> None:
+    """Make ``wrapper`` look like ``original`` (what ``functools.wraps`` would
+    copy, without importing functools) and carry it for ``original_of``."""
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(wrapper, name, getattr(original, name, None))
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(wrapper, ORIGINAL_ATTRIBUTE, original)
+
+
+def original_of(function: object) -> Any:
+    """What ``function`` wraps if this package put it in place, else None."""
+    return getattr(function, ORIGINAL_ATTRIBUTE, None)
 
 
 class PatchOnImport:

@@ -10,7 +10,7 @@ the pipeline.
 
 from __future__ import annotations
 
-from ..hook import PatchOnImport
+from ..hook import ORIGINAL_ATTRIBUTE, PatchOnImport, mark_wrapper, original_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs more to import than all of this module
@@ -21,8 +21,6 @@ if TYPE_CHECKING:  # typing costs more to import than all of this module
 __all__ = ["HOOK", "ORIGINAL_ATTRIBUTE", "TARGET", "install", "uninstall"]
 
 TARGET = "prime_rl.monitors"
-#: Marks a patched ``setup`` and carries the original for ``uninstall()``.
-ORIGINAL_ATTRIBUTE = "__prime_runs_otel_original__"
 
 
 def patch_setup(module: ModuleType) -> None:
@@ -30,13 +28,13 @@ def patch_setup(module: ModuleType) -> None:
     prime-rl calls it as ``monitors.setup(...)`` on the module, so the
     module's attribute is the one place to patch."""
     original = getattr(module, "setup", None)
-    if original is None or hasattr(original, ORIGINAL_ATTRIBUTE):
+    if original is None or original_of(original) is not None:
         return
     module.setup = _patched(module, original)  # type: ignore[attr-defined]
 
 
 def restore_setup(module: ModuleType) -> None:
-    original = getattr(getattr(module, "setup", None), ORIGINAL_ATTRIBUTE, None)
+    original = original_of(getattr(module, "setup", None))
     if original is not None:
         module.setup = original  # type: ignore[attr-defined]
 
@@ -51,10 +49,7 @@ def _patched(
 
         await patched_setup(module, original, args, kwargs)
 
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(setup, name, getattr(original, name, None))
-    setup.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(setup, ORIGINAL_ATTRIBUTE, original)
+    mark_wrapper(setup, original)
     return setup
 
 

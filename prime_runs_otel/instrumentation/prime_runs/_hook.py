@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from ..hook import PatchOnImport
+from ..hook import ORIGINAL_ATTRIBUTE, PatchOnImport, mark_wrapper, original_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs more to import than all of this module
@@ -21,15 +21,13 @@ if TYPE_CHECKING:  # typing costs more to import than all of this module
 __all__ = ["HOOK", "ORIGINAL_ATTRIBUTE", "TARGET", "install", "uninstall"]
 
 TARGET = "prime_runs"
-#: Marks a patched ``init`` and carries the original for ``uninstall()``.
-ORIGINAL_ATTRIBUTE = "__prime_runs_otel_original__"
 
 
 def patch_init(module: ModuleType) -> None:
     """Replace ``prime_runs.init`` (and ``prime_runs.run.init``) with this
     package's; idempotent."""
     original = getattr(module, "init", None)
-    if original is None or hasattr(original, ORIGINAL_ATTRIBUTE):
+    if original is None or original_of(original) is not None:
         return
     patched = _patched(original)
     module.init = patched  # type: ignore[attr-defined]
@@ -40,7 +38,7 @@ def patch_init(module: ModuleType) -> None:
 
 def restore_init(module: ModuleType) -> None:
     patched = getattr(module, "init", None)
-    original = getattr(patched, ORIGINAL_ATTRIBUTE, None)
+    original = original_of(patched)
     if original is None:
         return
     module.init = original  # type: ignore[attr-defined]
@@ -57,11 +55,7 @@ def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
 
         return init_run(original, **kwargs)
 
-    # What functools.wraps would copy, without importing functools.
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(init, name, getattr(original, name, None))
-    init.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(init, ORIGINAL_ATTRIBUTE, original)
+    mark_wrapper(init, original)
     return init
 
 
