@@ -17,32 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from test_cli_newcomer import _cli, _json, _ok
+
 import prime_runs_otel as pro
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 
 TIMEOUT = 120
 CLI = [sys.executable, "-m", "prime_runs_otel.cli"]
-
-
-def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        env={**os.environ, **extra_env},
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-
-
-def _ok(*args: str, **extra_env: str) -> str:
-    done = _cli(*args, **extra_env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def _json(*args: str, **extra_env: str) -> Any:
-    return json.loads(_ok(*args, "--json", **extra_env))
 
 
 def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
