@@ -30,20 +30,23 @@ CHILD_FLAG = "--child"
 
 class PlainRun:
     """The SDK's defaults, as code that owns its TracerProvider gets them: a
-    BatchSpanProcessor() with no arguments, no backpressure."""
+    BatchSpanProcessor with the SDK's settings, no backpressure (its queue
+    counted, never waited on)."""
 
     def __init__(self, name: str) -> None:
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         import prime_runs_otel
+        from prime_runs_otel.batching import BspSettings, CountedBatchProcessor
 
         self._pro = prime_runs_otel
         resource = prime_runs_otel.run_resource(name=name, environments=["bench-env"])
         self.id = str(resource.attributes["prime.run.id"])
         self.exporter = prime_runs_otel.PrimeRunsSpanExporter(shutdown_timeout=0)
         self._provider = TracerProvider(resource=resource)
-        self._provider.add_span_processor(BatchSpanProcessor(self.exporter))
+        # The SDK's own defaults: 2,048 spans, 5 s, batches of 512.
+        self._queue = CountedBatchProcessor(self.exporter, BspSettings(2048, 5000, 512, 30000))
+        self._provider.add_span_processor(self._queue)
         self.tracer = self._provider.get_tracer("bench")
         self.count = 0
         prime_runs_otel.emit_run_start(self.tracer, {})
@@ -100,14 +103,13 @@ def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
     counter = CountEpisodes()
     provider = run._provider
     provider.add_span_processor(counter)
-    processor = provider._active_span_processor._span_processors[0]
-    queue = processor._batch_processor._queue  # the SDK's deque, read for depth only
+    processor = run._queue  # the run's CountedBatchProcessor: its queue depth is public
     depths: list[int] = []
     sampling = threading.Event()
 
     def sample() -> None:
         while not sampling.wait(0.05):
-            depths.append(len(queue))
+            depths.append(processor.queued)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -142,8 +144,8 @@ def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
         "platform_id": result.platform_id,
         "queue_max": max(depths) if depths else 0,
         "queue_mean": sum(depths) / len(depths) if depths else 0.0,
-        "queue_capacity": processor._batch_processor._max_queue_size,
-        "batch_size": processor._batch_processor._max_export_batch_size,
+        "queue_capacity": processor.settings.max_queue_size,
+        "batch_size": processor.settings.max_export_batch_size,
         "export_p50_ms": percentile(export_ms, 0.5),
         "export_p99_ms": percentile(export_ms, 0.99),
     }

@@ -13,9 +13,8 @@ import dataclasses
 import logging
 import os
 import threading
-import time
 import weakref
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from opentelemetry.trace import SpanContext, Tracer
 
 from . import __version__
 from . import semconv as sc
+from .batching import CountedBatchProcessor, batch_processor
 from .config import Settings, env_flag, resolve_settings
 from .deliver.advice import next_step
 from .errors import ConfigError, PrimeRunsOtelError
@@ -48,24 +48,6 @@ from .tracing import TracingExporter
 logger = logging.getLogger(__name__)
 
 TERMINAL_STATUSES = ("completed", "failed", "cancelled", "crashed")
-
-#: BatchSpanProcessor settings ``start_run`` uses unless an ``OTEL_BSP_*``
-#: variable says otherwise. The delay is what an episode waits for its batch
-#: when fewer than a batch's worth come within it: at 400 per second, 200 ms
-#: made record → platform receipt 2.6 times prime-runs' (which sends at once),
-#: 50 ms 1.4 times, for a little more CPU per episode (smaller commits and
-#: uploads). When episodes come fast, batches fill before the delay is out:
-#: batches of 64 keep each ``export()`` call under 10 ms for 8 KB episodes
-#: (512 took 150 ms, and CPU per episode is the same: a commit is cheap next
-#: to the records in it). The queue needs no great size:
-#: ``QueueGauge`` makes the producer wait before it overflows.
-BSP_DEFAULTS = {
-    "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", 8192),
-    "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", 50),
-    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 64),
-    "export_timeout_millis": ("OTEL_BSP_EXPORT_TIMEOUT", 30000),
-}
-
 
 #: ``true`` / ``false`` forces the agent and model-call child spans on or off
 #: for runs opened with ``start_run``; unset, they follow who is listening.
@@ -173,45 +155,6 @@ class RunProviders:
                 method()
 
 
-class QueueGauge:
-    """Backpressure on the BatchSpanProcessor's queue.
-
-    The SDK drops the oldest spans when its queue is full, silently but for one
-    log line, and a dropped episode span is a lost episode. ``start_run``
-    therefore makes the run's producer thread wait while the queue is more
-    than three quarters full: a producer that outruns the exporter slows down
-    (and with it, once the hand-off is full, the caller) instead of losing
-    work. The queue is the SDK's own and not public API, so
-    when it cannot be found there is no backpressure (and no harm).
-    """
-
-    HIGH_WATER = 0.75
-    #: After this long without room the episode goes in anyway: never hang.
-    MAX_WAIT = 60.0
-
-    def __init__(self, queue: Sized, capacity: int) -> None:
-        self._queue = queue
-        self._limit = int(capacity * self.HIGH_WATER)
-
-    @classmethod
-    def of(cls, processor: BatchSpanProcessor) -> QueueGauge | None:
-        inner = getattr(processor, "_batch_processor", None)
-        queue = getattr(inner, "_queue", None)
-        capacity = getattr(inner, "_max_queue_size", None)
-        if isinstance(queue, Sized) and isinstance(capacity, int) and capacity > 0:
-            return cls(queue, capacity)
-        return None
-
-    def wait_for_room(self) -> None:
-        if len(self._queue) < self._limit:
-            return
-        deadline = time.monotonic() + self.MAX_WAIT
-        delay = 0.001
-        while len(self._queue) >= self._limit and time.monotonic() < deadline:
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-
 #: What ``Run.record_episode`` hands to the producer thread: the episode (or
 #: its record), its id, whether it gets child spans, and the caller's context.
 _Handed = tuple[Any, str, bool, otel_context.Context]
@@ -285,54 +228,6 @@ class RunResult:
         return text
 
 
-def batch_processor(exporter: SpanExporter) -> BatchSpanProcessor:
-    """A BatchSpanProcessor for ``exporter`` with ``start_run``'s settings
-    (``BSP_DEFAULTS``, unless ``OTEL_BSP_*`` says otherwise)."""
-    settings = _bsp_settings()
-    return BatchSpanProcessor(
-        exporter,
-        max_queue_size=settings["max_queue_size"],
-        schedule_delay_millis=settings["schedule_delay_millis"],
-        max_export_batch_size=settings["max_export_batch_size"],
-        export_timeout_millis=settings["export_timeout_millis"],
-    )
-
-
-def _bsp_settings() -> dict[str, int]:
-    """``OTEL_BSP_*`` as the SDK reads them: a value that is not a whole number
-    (or is negative, or a zero size) is warned about and replaced by the
-    default, never a traceback out of ``start_run``."""
-    settings = {}
-    for argument, (variable, default) in BSP_DEFAULTS.items():
-        raw = os.environ.get(variable, "").strip()
-        value = default
-        if raw:
-            try:
-                value = int(raw)
-            except ValueError:
-                value = -1
-            smallest = 0 if argument in ("schedule_delay_millis", "export_timeout_millis") else 1
-            if value < smallest:
-                logger.warning(
-                    "%s=%r is not a whole number of at least %d; using %d instead",
-                    variable,
-                    raw,
-                    smallest,
-                    default,
-                )
-                value = default
-        settings[argument] = value
-    if settings["max_export_batch_size"] > settings["max_queue_size"]:
-        logger.warning(
-            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) is larger than OTEL_BSP_MAX_QUEUE_SIZE (%d); "
-            "using the queue size",
-            settings["max_export_batch_size"],
-            settings["max_queue_size"],
-        )
-        settings["max_export_batch_size"] = settings["max_queue_size"]
-    return settings
-
-
 class Run:
     """A live run. Use it as a context manager, or call :meth:`finish`.
 
@@ -348,7 +243,7 @@ class Run:
         local_id: str,
         finish_timeout: float,
         capture_content: bool | None,
-        queue: QueueGauge | None = None,
+        queue: CountedBatchProcessor | None = None,
         kind: str = "eval",
         owns_run: bool = True,
         child_spans: bool | None = None,
@@ -871,7 +766,7 @@ def start_run(
         local_id=local_id,
         finish_timeout=settings.finish_timeout,
         capture_content=capture_content,
-        queue=QueueGauge.of(processor),
+        queue=processor,
         kind=kind,
         owns_run=owns_run,
         child_spans=child_spans,

@@ -95,7 +95,7 @@ class TracingExporter(SpanExporter):
     def shutdown(self, timeout_millis: float | None = None) -> None:
         """Shut the wrapped exporter down, passing on the SDK's budget when
         it takes one (as the SDK's batch processor does with exporters)."""
-        if timeout_millis is not None and _takes_timeout(self.inner.shutdown):
+        if timeout_millis is not None and takes_timeout(self.inner.shutdown):
             self.inner.shutdown(timeout_millis=timeout_millis)  # type: ignore[call-arg]
         else:
             self.inner.shutdown()
@@ -209,7 +209,7 @@ _GRPC = "grpc"
 _HTTP = "http/protobuf"
 
 
-def _takes_timeout(shutdown: Any) -> bool:
+def takes_timeout(shutdown: Any) -> bool:
     """Whether an exporter's ``shutdown`` takes ``timeout_millis`` (the SDK
     asks the same of the exporters it shuts down)."""
     try:

@@ -73,9 +73,9 @@ def test_bad_numbers_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _queue_settings(run: pro.Run) -> tuple[int, int]:
-    processor = run.tracer_provider._active_span_processor._span_processors[0]  # type: ignore[attr-defined]
-    inner = processor._batch_processor
-    return inner._max_queue_size, inner._max_export_batch_size
+    assert run._queue is not None
+    settings = run._queue.settings
+    return settings.max_queue_size, settings.max_export_batch_size
 
 
 def test_start_run_chooses_bsp_settings_unless_otel_bsp_says_otherwise(

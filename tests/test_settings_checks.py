@@ -14,11 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.resources import OTELResourceDetector
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from prime_runs_otel.batching import (
+    BSP_DEFAULTS,
+    SHORTEST_DELAY_MILLIS,
+    CountedBatchProcessor,
+    bsp_settings,
+)
 from prime_runs_otel.config import cut_resource_attributes
 from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.read.checks import run_identity
-from prime_runs_otel.run import BSP_DEFAULTS, _bsp_settings
 
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 
@@ -33,10 +39,10 @@ def test_bad_bsp_values_warn_and_fall_back(
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "-5")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "100")
     with caplog.at_level(logging.WARNING):
-        chosen = _bsp_settings()
-    assert chosen["max_queue_size"] == BSP_DEFAULTS["max_queue_size"][1]
-    assert chosen["schedule_delay_millis"] == BSP_DEFAULTS["schedule_delay_millis"][1]
-    assert chosen["max_export_batch_size"] == 100
+        chosen = bsp_settings()
+    assert chosen.max_queue_size == BSP_DEFAULTS["max_queue_size"][1]
+    assert chosen.schedule_delay_millis == BSP_DEFAULTS["schedule_delay_millis"][1]
+    assert chosen.max_export_batch_size == 100
     assert "OTEL_BSP_MAX_QUEUE_SIZE='lots'" in caplog.text
     assert "OTEL_BSP_SCHEDULE_DELAY='-5'" in caplog.text
 
@@ -54,23 +60,44 @@ def test_start_run_survives_a_bad_bsp_value(monkeypatch: pytest.MonkeyPatch) -> 
 @given(
     st.dictionaries(
         st.sampled_from([variable for variable, _ in BSP_DEFAULTS.values()]),
-        st.text(max_size=12).filter(lambda text: "\x00" not in text),
+        st.one_of(
+            st.text(max_size=12).filter(lambda text: "\x00" not in text),
+            st.integers(min_value=-2, max_value=100_000).map(str),
+        ),
     )
 )
 def test_any_bsp_text_gives_usable_settings(values: dict[str, str]) -> None:
+    """Whatever the variables say, the SDK's batch processor takes what
+    they are read as (0 for the delay among them: the specification allows it)."""
     saved = {name: os.environ.get(name) for name in values}
     try:
         os.environ.update(values)
-        chosen = _bsp_settings()
+        chosen = bsp_settings()
     finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    assert chosen["max_queue_size"] >= 1
-    assert 1 <= chosen["max_export_batch_size"] <= chosen["max_queue_size"]
-    assert chosen["schedule_delay_millis"] >= 0 and chosen["export_timeout_millis"] >= 0
+    processor = CountedBatchProcessor(InMemorySpanExporter(), chosen)
+    processor.shutdown()
+    assert 1 <= chosen.max_export_batch_size <= chosen.max_queue_size
+    assert chosen.export_timeout_millis >= 0
+
+
+def test_a_schedule_delay_of_0_means_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OTEL_BSP_SCHEDULE_DELAY=0`` is valid by the specification (export as
+    soon as a span ends); the SDK refuses a delay of 0, so the run gets its
+    shortest one instead of a ValueError out of ``start_run``."""
+    import prime_runs_otel as pro
+    from prime_runs_otel.produce.synthetic import synthetic_episode
+
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "0")
+    assert bsp_settings().schedule_delay_millis == SHORTEST_DELAY_MILLIS
+    run = pro.start_run(name="at-once", environments=["env-a"])
+    run.record_episode(synthetic_episode(0))
+    result = run.finish(timeout=30)
+    assert result.closed and result.episodes == 1
 
 
 # -- 8. a list value in OTEL_RESOURCE_ATTRIBUTES ------------------------------------------

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanContext
 
 from .. import semconv as sc
+from ..batching import CountedBatchProcessor, batch_processor
 from ..config import Settings, env_flag
 from ..errors import ConfigError
 from ..produce.episode import record_episode
@@ -31,12 +32,10 @@ from ..produce.resource import run_resource
 from ..produce.run_spans import emit_metrics, emit_run_end, emit_run_start
 from ..run import (
     CHILD_SPANS_ENV,
-    QueueGauge,
     Run,
     RunProviders,
     RunResult,
     RunTracerProvider,
-    batch_processor,
     run_tracer,
     start_run,
 )
@@ -175,12 +174,8 @@ class Exported(Delivery):
         self.kind = kind
         self.recorded = 0
         self.child_spans = env_flag(CHILD_SPANS_ENV) is not False
-        self._gauges = [
-            gauge
-            for processor in processors
-            if isinstance(processor, BatchSpanProcessor)
-            for gauge in [QueueGauge.of(processor)]
-            if gauge is not None
+        self._queues = [
+            processor for processor in processors if isinstance(processor, CountedBatchProcessor)
         ]
         self._pid = os.getpid()
         #: The run's metrics and events beside its spans, and the run-start
@@ -212,8 +207,8 @@ class Exported(Delivery):
         return delivery
 
     def record(self, episode: Any) -> None:
-        for gauge in self._gauges:
-            gauge.wait_for_room()
+        for queue in self._queues:
+            queue.wait_for_room()
         record_episode(
             self.tracer,
             episode,

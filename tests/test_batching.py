@@ -1,0 +1,107 @@
+"""The run's batch span processor (``prime_runs_otel.batching``): what waits in
+its queue is counted through public calls only, the producer waits for room
+instead of losing episodes to a full queue, and ``force_flush(timeout)``
+returns within its timeout while an export cannot finish.
+
+An export that cannot finish is made real: another connection holds the
+spool's write lock (as a second process writing to the same spool would),
+so the exporter's commit waits on SQLite's busy handler.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import prime_runs_otel as pro
+from prime_runs_otel.batching import CountedBatchProcessor
+from prime_runs_otel.produce.synthetic import synthetic_episode
+
+WAIT = 120.0
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@contextmanager
+def write_lock_held(spool: Path, longest: float) -> Iterator[threading.Event]:
+    """The spool's write lock, taken by another connection until the event
+    is set (or ``longest`` seconds pass, so a failing test cannot hang)."""
+    db = sqlite3.connect(spool, timeout=60, check_same_thread=False)
+    db.execute("BEGIN IMMEDIATE")
+    release = threading.Event()
+
+    def hold() -> None:
+        release.wait(longest)
+        db.rollback()
+        db.close()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        yield release
+    finally:
+        release.set()
+        holder.join(timeout=WAIT)
+
+
+def _queue(run: pro.Run) -> CountedBatchProcessor:
+    assert isinstance(run._queue, CountedBatchProcessor)
+    return run._queue
+
+
+def test_the_producer_waits_for_room_and_no_episode_is_lost(
+    monkeypatch: pytest.MonkeyPatch, isolated_environment: Path
+) -> None:
+    """A queue of 40 spans and an exporter that cannot commit: the count
+    climbs to the high-water mark and stops there (the producer waits), and
+    once the commit goes through every episode is stored. The SDK's own
+    processor would have dropped all but the 40 newest spans."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "40")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8")
+    run = pro.start_run(name="backpressure", environments=["env-a"], child_spans=False)
+    run.commit()  # the run-start span is in: the spool exists
+    queue = _queue(run)
+    episodes = 200
+    with write_lock_held(run.settings.spool_path, longest=WAIT) as release:
+        recorder = threading.Thread(
+            target=lambda: [run.record_episode(synthetic_episode(i)) for i in range(episodes)]
+        )
+        recorder.start()
+        _wait_for(lambda: queue.queued >= 30, "the queue to reach its high-water mark")
+        time.sleep(0.5)  # the producer would overflow the queue now, if it did not wait
+        assert queue.queued <= 40
+        release.set()
+    recorder.join(timeout=WAIT)
+    result = run.finish(timeout=60)
+    assert result.episodes == episodes and result.failed == 0
+    assert queue.queued == 0
+
+
+def test_force_flush_returns_within_its_timeout_while_an_export_cannot_finish(
+    isolated_environment: Path,
+) -> None:
+    run = pro.start_run(name="flush-timeout", environments=["env-a"], child_spans=False)
+    run.commit()
+    with write_lock_held(run.settings.spool_path, longest=20.0) as release:
+        run.record_episode(synthetic_episode(0))
+        run._handoff.drain()  # the episode span is in the queue
+        started = time.monotonic()
+        flushed = run.tracer_provider.force_flush(timeout_millis=300)
+        took = time.monotonic() - started
+        release.set()
+    assert flushed is False
+    assert took < 10.0, f"force_flush(300 ms) took {took:.1f} s"
+    # The export went on after the timeout: nothing is lost.
+    assert run.tracer_provider.force_flush(timeout_millis=int(WAIT * 1000))
+    assert run.finish(timeout=60).episodes == 1
