@@ -144,6 +144,24 @@ def resolve_settings(
     return settings
 
 
+def refuse_overrides(settings: Settings | None, caller: str, **overrides: object) -> None:
+    """A ``TypeError`` naming the settings given beside ``settings=``.
+
+    Resolved ``Settings`` are final: an ``api_key=`` or ``mode=`` passed with
+    them could only be ignored, and a run delivered with a key (or to a spool)
+    other than the one asked for is a surprise found late. So both at once is
+    refused, with what to do instead."""
+    given = [name for name, value in overrides.items() if value is not None]
+    if settings is None or not given:
+        return
+    named = ", ".join(f"{name}=" for name in given)
+    example = f"dataclasses.replace(settings, {given[0]}=...)"
+    raise TypeError(
+        f"{caller}() got settings= and also {named}, which the settings would override: "
+        f"put them in the settings ({example}), or leave settings= out"
+    )
+
+
 def _prime_config() -> _PrimeConfig:
     """The prime CLI's config, or a clear error naming a file that cannot be read
     (the SDK would otherwise fail later, or quietly use nothing)."""

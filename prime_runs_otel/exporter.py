@@ -30,7 +30,13 @@ from opentelemetry.trace import SpanContext
 from . import semconv
 from ._courtesy import ExportRunning
 from ._untraced import untraced
-from .config import Settings, cut_resource_attributes, env_flag, resolve_settings
+from .config import (
+    Settings,
+    cut_resource_attributes,
+    env_flag,
+    refuse_overrides,
+    resolve_settings,
+)
 from .deliver.spool import RunRow, Spool, SpoolError, process_alive, this_producer
 from .deliver.uploader import Uploader
 from .read.checks import run_identity
@@ -87,6 +93,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         warn_about_sampler: bool = True,
         **overrides: Any,
     ) -> None:
+        refuse_overrides(settings, "PrimeRunsSpanExporter", **overrides)
         self.settings = without_sdk(settings or resolve_settings(**overrides))
         for message in cut_resource_attributes():
             logger.warning(message)

@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanContext, Tracer
 from . import __version__
 from . import semconv as sc
 from .batching import CountedBatchProcessor, batch_processor
-from .config import Settings, env_flag, resolve_settings
+from .config import Settings, env_flag, refuse_overrides, resolve_settings
 from .deliver.advice import next_step
 from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
@@ -713,9 +713,23 @@ def start_run(
     and none when those are unset. The run's own spans are never sampled
     away, whatever ``OTEL_TRACES_SAMPLER`` says; ``OTEL_SDK_DISABLED=true``
     means what ``PRIME_RUNS_MODE=disabled`` means.
+
+    ``settings`` (from :func:`~prime_runs_otel.config.resolve_settings`)
+    stands for ``api_key``, ``base_url``, ``mode``, ``spool_dir`` and
+    ``finish_timeout``: passing one of those with it is a ``TypeError``,
+    never an argument silently ignored.
     """
     if kind not in ("eval", "train"):
         raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
+    refuse_overrides(
+        settings,
+        "start_run",
+        api_key=api_key,
+        base_url=base_url,
+        mode=mode,
+        spool_dir=spool_dir,
+        finish_timeout=finish_timeout,
+    )
     metadata = normalize_config(config, config_file=config_file)
     settings = without_sdk(
         settings

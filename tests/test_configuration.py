@@ -161,3 +161,23 @@ def test_unwritable_spool_says_what_to_do(
     monkeypatch.setenv("PRIME_RUNS_OTEL_DIR", str(blocker / "spool"))
     with pytest.raises(pro.PrimeRunsOtelError, match="PRIME_RUNS_OTEL_DIR"):
         pro.start_run(environments=["env-a"])
+
+
+def test_settings_with_overrides_beside_them_are_refused_by_name(
+    isolated_environment: Path,
+) -> None:
+    """``settings=`` is final: a ``mode=`` or ``spool_dir=`` beside it would
+    be ignored, so it is refused, naming them, before anything opens."""
+    settings = resolve_settings()
+    elsewhere = isolated_environment / "elsewhere"
+    with pytest.raises(TypeError, match=r"start_run\(\) got settings= and also mode=, spool_dir="):
+        pro.start_run(environments=["env-a"], settings=settings, mode="local", spool_dir=elsewhere)
+    with pytest.raises(
+        TypeError, match=r"PrimeRunsSpanExporter\(\) got settings= and also api_key="
+    ):
+        pro.PrimeRunsSpanExporter(settings=settings, api_key="k")
+    assert not elsewhere.exists() and not settings.spool_path.exists()
+    # Either alone is as before.
+    run = pro.start_run(environments=["env-a"], settings=settings)
+    assert run.settings.spool_dir == settings.spool_dir
+    run.finish(timeout=10)
