@@ -4,9 +4,15 @@ uploader thread does every network call.
 
 Why ``export()`` never talks to the network: the SDK calls it on its batch
 worker thread, ignores what it returns and drops a batch that fails, so the
-only safe thing to do there is to make the batch durable and return. SUCCESS
-means "committed to the spool"; FAILURE means the commit itself failed (the
-SDK then drops the batch, and the loss is logged).
+only safe thing to do there is to make the batch durable and return.
+
+What it returns is the SpanExporter contract read with docs/delivery.md's:
+an episode is *acknowledged* once it is committed and ``export()`` returned
+SUCCESS. So SUCCESS means every episode of the batch is in the spool (stored,
+or there already); FAILURE means some are not: the commit itself failed, or
+episodes were refused at the spool's size cap, past the share of runs whose
+delivery stopped, or on a full disk. Either way ``export()`` never raises,
+and each episode not kept is logged and counted on its run as ``rejected``.
 """
 
 from __future__ import annotations
@@ -157,6 +163,10 @@ class PrimeRunsSpanExporter(SpanExporter):
     # -- the SpanExporter contract ---------------------------------------------
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Commit the batch to the spool and wake the uploader. SUCCESS when
+        every episode in it is kept; FAILURE when any is not (a failed commit,
+        or episodes refused at the cap: counted on their runs as ``rejected``),
+        so SUCCESS always means acknowledged (docs/delivery.md)."""
         if self._is_shutdown:
             logger.warning("export() called after shutdown(); %d span(s) dropped", len(spans))
             return SpanExportResult.FAILURE
@@ -280,6 +290,8 @@ class PrimeRunsSpanExporter(SpanExporter):
             if outcome.lines:
                 self._uploader.lines.keep(outcome.lines)
             self._uploader.wake()
+        # An episode refused at the cap is not acknowledged: the batch is not
+        # a SUCCESS, though the rest of it is committed.
         return SpanExportResult.FAILURE if outcome.rejected else SpanExportResult.SUCCESS
 
     def _count_lost(self, grouped: Grouped) -> int:
