@@ -5,8 +5,8 @@ rm, prune), ``serve``, ``ui`` (the viewer), ``doctor``; ``output`` is how every 
 ``arguments`` the options they share, ``exits`` how they end.
 
 Exit codes: 0 success; 1 the work ran but not everything was delivered (or a
-run is not closed yet); 2 bad usage or configuration (the message says what
-to change); 130 interrupted.
+run is not closed yet), or the store could not be read or written; 2 bad
+usage or configuration (the message says what to change); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .. import __version__
 from .._text import configure_logging
 from ..errors import PrimeRunsOtelError
 from .arguments import json_option, port_number, spool_option
-from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, exit_code_for
 from .output import color, error, install_pipe_safe_stdout, print_json
 from .replay import add_replay_commands
 from .serve import add_serve_command
@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description="Report eval runs to the Prime platform through OpenTelemetry, "
         "and manage the local store of runs.",
-        epilog="Exit codes: 0 ok, 1 not everything delivered yet, 2 usage or configuration "
-        "error, 130 interrupted.",
+        epilog="Exit codes: 0 ok, 1 not everything delivered yet (or the store could not be "
+        "read or written), 2 usage or configuration error, 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.func(args)
     except PrimeRunsOtelError as exc:
         error(str(exc))
-        return EXIT_USAGE
+        return exit_code_for(exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -42,7 +42,7 @@ from ..config import Settings, key_hint, resolve_settings
 from ..errors import ConfigError, PrimeRunsOtelError
 from .arguments import non_negative_float, port_number, positive_float, positive_int
 from .doctor import FAIL, OK, platform_check
-from .exits import EXIT_OK, EXIT_USAGE
+from .exits import EXIT_OK, exit_code_for
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_serve(args)
     except PrimeRunsOtelError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exit_code_for(exc)
 
 
 if __name__ == "__main__":
