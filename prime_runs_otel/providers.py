@@ -19,7 +19,6 @@ run's Resource, and shuts it down when the run finishes.
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from opentelemetry import metrics
@@ -35,6 +34,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from .errors import ConfigError
+from .exporter_names import load_exporter_class
 
 __all__ = [
     "logger_provider_from_env",
@@ -45,7 +45,6 @@ __all__ = [
 
 Signal = Literal["metrics", "logs"]
 _VARIABLE = {"metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
-_GROUP = {"metrics": "opentelemetry_metrics_exporter", "logs": "opentelemetry_logs_exporter"}
 
 
 #: A provider, and whether the run opened it (and so shuts it down).
@@ -119,21 +118,4 @@ def _names(signal: Signal) -> list[str]:
 
 def _exporters(signal: Signal) -> list[Any]:
     """The exporter classes the signal's variable names."""
-    from opentelemetry.sdk._configuration import _get_exporter_entry_point
-
-    variable = _VARIABLE[signal]
-    raw = os.environ.get(variable, "")
-    classes = []
-    for name in _names(signal):
-        try:
-            resolved = str(_get_exporter_entry_point(name, signal))
-        except RuntimeError as exc:  # an OTLP protocol the SDK does not know
-            raise ConfigError(f"{variable}={raw!r}: {exc}") from None
-        found = entry_points(group=_GROUP[signal], name=resolved)
-        if not found:
-            raise ConfigError(
-                f"{variable} names {name!r}, but no installed package provides a {signal} "
-                f"exporter of that name; use otlp, console or none"
-            )
-        classes.append(next(iter(found)).load())
-    return classes
+    return [load_exporter_class(name, signal, _VARIABLE[signal]) for name in _names(signal)]

@@ -22,8 +22,14 @@ from opentelemetry import context as otel_context
 from opentelemetry._logs import LoggerProvider
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import (
+    SpanLimits,
+    SpanProcessor,
+    SynchronousMultiSpanProcessor,
+    TracerProvider,
+)
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanContext, Tracer
 
 from . import __version__
@@ -42,7 +48,7 @@ from .produce.signals import NO_SIGNALS, Signals
 from .providers import run_logger_provider, run_meter_provider
 from .read.checks import read_record
 from .read.projection import parquet_available
-from .sampling import keep_every_span, without_sdk
+from .sampling import without_sdk
 from .tracing import TracingExporter
 
 logger = logging.getLogger(__name__)
@@ -61,7 +67,10 @@ class RunTracerProvider(TracerProvider):
     The environment's sampler (``OTEL_TRACES_SAMPLER``) stays the provider's,
     for every tracer but the run's own (``prime_runs_otel``), whose spans are
     always sampled: an episode a sampler dropped would never reach the
-    platform, and the run would close without it.
+    platform, and the run would close without it. A sampler is not told which
+    tracer starts a span, so the run's tracer comes from a second provider
+    built with ``ALWAYS_ON`` that shares this one's Resource, ids, limits and
+    span processors (everything added here reaches its spans too).
 
     The platform needs only the episode span (it carries the whole record);
     the agent and model-call spans under it exist for tracing backends, and
@@ -70,8 +79,18 @@ class RunTracerProvider(TracerProvider):
     (``run.tracer_provider.add_span_processor(...)``), unless told otherwise.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, resource: Resource) -> None:
+        processors = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
+        limits = SpanLimits()
+        super().__init__(resource=resource, active_span_processor=processors, span_limits=limits)
+        self._own = TracerProvider(
+            sampler=ALWAYS_ON,
+            resource=resource,
+            shutdown_on_exit=False,  # the processors are shared: shut down with this one
+            active_span_processor=processors,
+            id_generator=self.id_generator,
+            span_limits=limits,
+        )
         self.processors_added = 0
 
     def add_span_processor(self, span_processor: SpanProcessor) -> None:
@@ -85,12 +104,16 @@ class RunTracerProvider(TracerProvider):
         schema_url: str | None = None,
         attributes: Any = None,
     ) -> Tracer:
-        tracer = super().get_tracer(
-            instrumenting_module_name, instrumenting_library_version, schema_url, attributes
-        )
+        owner: TracerProvider = self
         if instrumenting_module_name == sc.INSTRUMENTATION_SCOPE:
-            keep_every_span(tracer)
-        return tracer
+            owner = self._own
+        return TracerProvider.get_tracer(
+            owner,
+            instrumenting_module_name,
+            instrumenting_library_version,
+            schema_url,
+            attributes,
+        )
 
 
 def run_tracer(provider: TracerProvider) -> Tracer:

@@ -22,16 +22,13 @@ import logging
 import os
 import threading
 
-from opentelemetry.sdk.trace import Tracer as SdkTracer
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-from opentelemetry.trace import SpanContext, Tracer
+from opentelemetry.trace import SpanContext
 
 from .config import Settings
 
 __all__ = [
     "DroppedEpisodes",
     "dropped_episodes",
-    "keep_every_span",
     "sampler_that_may_drop",
     "sdk_disabled",
     "without_sdk",
@@ -70,13 +67,6 @@ def without_sdk(settings: Settings) -> Settings:
             SDK_DISABLED_ENV,
         )
     return dataclasses.replace(settings, mode="disabled")
-
-
-def keep_every_span(tracer: Tracer) -> None:
-    """Make ``tracer`` sample every span it starts (an SDK tracer holds the
-    sampler its provider gave it; other tracers are left as they are)."""
-    if isinstance(tracer, SdkTracer):
-        tracer.sampler = ALWAYS_ON
 
 
 def sampler_that_may_drop() -> str | None:

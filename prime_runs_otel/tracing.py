@@ -193,9 +193,16 @@ def _otlp_protocol() -> str:
 
 def _otlp_span_exporter(protocol: str) -> SpanExporter:
     if protocol == _GRPC:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcSpanExporter,
-        )
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcSpanExporter,
+            )
+        except ImportError:  # OTLP/gRPC is the user's choice, not a dependency
+            raise ConfigError(
+                "otlp_without_records speaks OTLP/gRPC here (OTEL_EXPORTER_OTLP_PROTOCOL=grpc), "
+                "which needs `pip install opentelemetry-exporter-otlp-proto-grpc`; or set "
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf for the backend's OTLP/HTTP endpoint"
+            ) from None
 
         return GrpcSpanExporter()
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

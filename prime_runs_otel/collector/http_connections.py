@@ -65,6 +65,17 @@ class GuardedConnection(H11Protocol):
     """uvicorn's h11 connection with a deadline for each request head and a
     cap on the connections open at once (both set by :func:`guarded_connection`).
 
+    A subclass of uvicorn's protocol class, given through its public
+    ``Config(http=...)`` option, because nothing public does this: uvicorn
+    has no timeout for a request's head (``--timeout-request-start``, asked
+    for in encode/uvicorn#157, its pull request #1685 closed unmerged);
+    ``timeout_keep_alive`` is re-armed by every byte and ``limit_concurrency``
+    answers every request 503 past its limit, health checks included; and an
+    ASGI middleware runs only once a head is whole. It leans on the
+    protocol's ``conn`` (the h11 state), ``connections``, ``app_state``,
+    ``transport`` and ``loop``: a uvicorn upgrade is checked by
+    tests/test_serve_connections.py.
+
     The deadline runs from the connection's opening, and again from the
     first byte of each later request head: a silent connection and a head
     that stops half-way are both closed when it passes.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from importlib.metadata import entry_points
 from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -26,7 +25,7 @@ from opentelemetry.trace import SpanContext
 from .. import semconv as sc
 from ..batching import CountedBatchProcessor, batch_processor
 from ..config import Settings, env_flag
-from ..errors import ConfigError
+from ..exporter_names import entry_point_name, load_exporter_class
 from ..produce.episode import record_episode
 from ..produce.resource import run_resource
 from ..produce.run_spans import emit_metrics, emit_run_end, emit_run_start
@@ -50,25 +49,17 @@ def exporter_names() -> list[str]:
     """The exporters ``OTEL_TRACES_EXPORTER`` names, as the SDK reads it
     (``otlp`` follows ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``). Unset means
     in process: whoever turned the instrumentation on wants this package."""
-    from opentelemetry.sdk._configuration import _get_exporter_entry_point
-
     raw = os.environ.get("OTEL_TRACES_EXPORTER", "").strip()
     if not raw:
         return [IN_PROCESS]
     if raw.lower() == "none":
         return []
     names = [name.strip() for name in raw.split(",") if name.strip()]
-    return [str(_get_exporter_entry_point(name, "traces")) for name in names]
+    return [entry_point_name(name, "traces") for name in names]
 
 
 def load_exporter(name: str) -> SpanExporter:
-    found = entry_points(group="opentelemetry_traces_exporter", name=name)
-    if not found:
-        raise ConfigError(
-            f"OTEL_TRACES_EXPORTER names {name!r}, but no installed package provides a span "
-            f"exporter of that name; use {IN_PROCESS} or otlp, or install its package"
-        )
-    exporter_class = next(iter(found)).load()
+    exporter_class = load_exporter_class(name, "traces", "OTEL_TRACES_EXPORTER")
     exporter: SpanExporter = exporter_class()
     return exporter
 
