@@ -1,6 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. Each creates
-# .venv on first use and installs what it needs (the demo only the package,
-# the tests also the test tools and the prime-runs/verifiers oracle).
+# .venv on first use and installs what it needs (the demo the package with
+# its serve and ui extras, the tests also the test tools and the
+# prime-runs/verifiers oracle).
 # `make otelcol` builds the collector distribution of
 # collector-config/builder.yaml (cached; OTELCOL_BIN overrides) and prints its
 # path last; `make test` builds it in the background while the rest runs, and
@@ -24,8 +25,10 @@ $(BIN)/python:
 $(UV): | $(BIN)/python
 	$(BIN)/python -m pip install --quiet 'uv>=0.5,<1'
 
+# The demo, and what the README has a newcomer run after it: the store
+# commands, `ui` (the [ui] extra) and `serve` (the [serve] extra).
 $(RUNTIME): pyproject.toml | $(UV)
-	$(INSTALL) -e .
+	$(INSTALL) -e '.[serve,ui]'
 	@touch $(RUNTIME)
 
 $(TESTING): pyproject.toml | $(UV)

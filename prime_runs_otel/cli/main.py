@@ -46,6 +46,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_fake_platform(args: argparse.Namespace) -> int:
+    from .extras import require_testing
+
+    require_testing("fake-platform")
     from ..testing import main as fake_main
 
     argv = ["--host", args.host, "--port", str(args.port), "--api-key", args.api_key]

@@ -26,8 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import semconv
-from ..collector.http_front import TRACES_PATH
-from ..collector.receiver_config import TOKEN_ENV, MiB
+from ..collector.receiver_config import TOKEN_ENV, TRACES_PATH, MiB
 from ..errors import PrimeRunsOtelError
 from ..produce.episode import record_episode
 from ..produce.resource import run_resource

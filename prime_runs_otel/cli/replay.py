@@ -34,6 +34,7 @@ from ..run import Run, RunResult, start_run
 from ..view.runs import run_view
 from .arguments import json_option, non_negative_float, positive_int, spool_option
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
+from .extras import require_testing
 from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
 from .output import Progress, color, command_name, error, print_json, reported_here
 from .recorded_eval import DEFAULT_FRAMEWORK, recorded_eval, replay_options, replay_run_key
@@ -209,6 +210,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     env_backup = dict(os.environ)
     try:
         if args.fake_platform:
+            require_testing("demo --fake-platform")
             from ..testing import FakePlatform
 
             fake = FakePlatform().start()

@@ -21,7 +21,6 @@ from typing import Any
 from .._text import configure_logging
 from ..collector.bodies import BYTE_COST, VALUE_COST
 from ..collector.intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
-from ..collector.receiver import Receiver
 from ..collector.receiver_config import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -43,6 +42,7 @@ from ..errors import ConfigError, PrimeRunsOtelError
 from .arguments import non_negative_float, port_number, positive_float, positive_int
 from .doctor import FAIL, OK, platform_check
 from .exits import EXIT_OK, exit_code_for
+from .extras import SERVE, require
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +184,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    require("serve", SERVE, "serve")
+    from ..collector.receiver import Receiver  # here: its servers are the [serve] extra's
+
     config = ReceiverConfig(
         host=args.host,
         http_port=args.http_port,

@@ -14,9 +14,9 @@ import webbrowser
 from typing import Any
 
 from .._net import is_loopback
-from ..view.server import ViewerServer
 from .arguments import parse_since, port_number, spool_option
 from .exits import EXIT_OK, UsageError
+from .extras import UI, require
 from .store.lookup import open_spool
 
 __all__ = ["TOKEN_ENV", "add_ui_command"]
@@ -31,6 +31,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
             f"ui listens on {args.host}, beyond this machine, so it needs a token: pass --token "
             f"or set {TOKEN_ENV} (the address printed then carries it), or listen on 127.0.0.1"
         )
+    require("ui", UI, "ui")
+    from ..view.server import ViewerServer  # here: the viewer's server is the [ui] extra's
+
     _, spool = open_spool(args.spool_dir)
     server = ViewerServer(
         spool, host=args.host, port=args.port, token=args.token, since=parse_since

@@ -52,9 +52,9 @@ from .bodies import (
     decode_cost,
     too_many_values,
 )
+from .counters import ServeCounters
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .logs_intake import GRPC_LOGS_SERVICE, LogIntake, logs_response
-from .metrics import ServeCounters
 from .receiver_config import MiB, ReceiverConfig
 
 logger = logging.getLogger(__name__)

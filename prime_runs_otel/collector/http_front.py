@@ -57,11 +57,10 @@ from .http_connections import (
 )
 from .intake import SpanIntake, Verdict, export_response, wire_text
 from .logs_intake import LOGS_PATH, LogIntake, decode_logs_body, logs_response
-from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, MiB, ReceiverConfig
+from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, TRACES_PATH, MiB, ReceiverConfig
 
 logger = logging.getLogger(__name__)
 
-TRACES_PATH = "/v1/traces"
 #: serve's own figures, in the Prometheus text format (no token, as /healthz).
 METRICS_PATH = "/metrics"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"

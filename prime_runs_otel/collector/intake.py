@@ -37,8 +37,8 @@ from ..read.otlp_logs import SpanEvent
 from ..read.records import RunBatch
 from ..read.span_tree import SpanTree, SpanTreeBuffer
 from ..read.spans import SpanView
+from .counters import ServeCounters
 from .forward import FleetRouter, ForwardFailed
-from .metrics import ServeCounters
 
 logger = logging.getLogger(__name__)
 

@@ -5,20 +5,25 @@ front of them (which expose theirs on :8888).
 Two kinds of figures. Counters of this process (since it started, as
 Prometheus expects: ``rate()`` copes with a restart): requests by outcome,
 episodes accepted, stored, duplicated, refused, spans forwarded to their
-run's owner. And the spool's state, read when scraped: episodes by state
-(pending, delivered, failed, ...), runs by where they are, late episodes,
-the delivery lag and the spool's size. docs/collector.md says which alert
-to set.
+run's owner (:mod:`.counters`). And the spool's state, read when scraped:
+episodes by state (pending, delivered, failed, ...), runs by where they are,
+late episodes, the delivery lag and the spool's size. docs/collector.md says
+which alert to set. The text format itself (names, escaping, numbers) is
+``prometheus_client``'s: each scrape builds the figures afresh in a registry
+of its own and has the library write them.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ..deliver.spool import SpoolCounts
+from .counters import ServeCounters
 
 PREFIX = "prime_runs_otel"
 
@@ -55,27 +60,38 @@ FIGURES: dict[str, tuple[str, str]] = {
 }
 
 
-class ServeCounters:
-    """This process's counters, thread-safe (every intake worker adds)."""
+Sample = tuple[str, dict[str, str], float]
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
 
-    def add(self, name: str, amount: int = 1, **labels: str) -> None:
-        if amount <= 0:
-            return
-        key = (name, tuple(sorted(labels.items())))
-        with self._lock:
-            self._values[key] += amount
+class _Figures(Collector):
+    """One scrape's figures, as ``prometheus_client`` metric families."""
 
-    def value(self, name: str, **labels: str) -> int:
-        with self._lock:
-            return self._values[(name, tuple(sorted(labels.items())))]
+    def __init__(self, samples: list[Sample]) -> None:
+        self._samples = samples
 
-    def items(self) -> list[tuple[str, dict[str, str], int]]:
-        with self._lock:
-            return [(name, dict(labels), value) for (name, labels), value in self._values.items()]
+    def collect(self) -> Iterator[Metric]:
+        for name, (kind, text) in FIGURES.items():
+            mine = [(labels, value) for figure, labels, value in self._samples if figure == name]
+            if mine:
+                yield _family(name, kind, text, mine)
+
+
+def _family(
+    name: str, kind: str, text: str, samples: Iterable[tuple[dict[str, str], float]]
+) -> Metric:
+    ordered = sorted(samples, key=lambda sample: sorted(sample[0].items()))
+    label_names = sorted({key for labels, _ in ordered for key in labels})
+    family: CounterMetricFamily | GaugeMetricFamily
+    if kind == "counter":
+        # The library writes a counter as NAME_total: the name goes in without it.
+        family = CounterMetricFamily(
+            f"{PREFIX}_{name.removesuffix('_total')}", text, labels=label_names
+        )
+    else:
+        family = GaugeMetricFamily(f"{PREFIX}_{name}", text, labels=label_names)
+    for labels, value in ordered:
+        family.add_metric([labels.get(key, "") for key in label_names], value)
+    return family
 
 
 def render(
@@ -88,7 +104,7 @@ def render(
 ) -> str:
     """Every figure in the Prometheus text exposition format (0.0.4)."""
     now = time.time() if now is None else now
-    samples: list[tuple[str, dict[str, str], float]] = [
+    samples: list[Sample] = [
         (name, labels, float(value)) for name, labels, value in counters.items()
     ]
     # Counters that have not happened yet still show, as 0.
@@ -110,32 +126,6 @@ def render(
         ("spool_bytes", {}, float(spool_bytes)),
         ("spool_max_bytes", {}, float(spool_max_bytes)),
     ]
-    return "".join(_lines(samples))
-
-
-def _lines(samples: list[tuple[str, dict[str, str], float]]) -> Iterable[str]:
-    for name, (kind, text) in FIGURES.items():
-        mine = sorted(
-            ((labels, value) for figure, labels, value in samples if figure == name),
-            key=lambda sample: sorted(sample[0].items()),
-        )
-        if not mine:
-            continue
-        yield f"# HELP {PREFIX}_{name} {text}\n# TYPE {PREFIX}_{name} {kind}\n"
-        for labels, value in mine:
-            yield f"{PREFIX}_{name}{_labels(labels)} {_number(value)}\n"
-
-
-def _labels(labels: dict[str, str]) -> str:
-    if not labels:
-        return ""
-    inside = ",".join(f'{key}="{_escaped(value)}"' for key, value in sorted(labels.items()))
-    return "{" + inside + "}"
-
-
-def _escaped(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if value.is_integer() else repr(value)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Figures(samples))
+    return generate_latest(registry).decode("utf-8")

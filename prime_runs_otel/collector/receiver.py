@@ -32,11 +32,11 @@ from .bodies import DecodeBudget
 from .forward import FleetRouter
 from .grpc_front import GrpcFront, grpc_server
 from .http_connections import connection_cap, raise_descriptor_limit
-from .http_front import TRACES_PATH, http_server, listen
+from .http_front import http_server, listen
 from .intake import SpanIntake, Verdict
 from .logs_intake import LogIntake
 from .metrics import render as render_metrics
-from .receiver_config import ReceiverConfig
+from .receiver_config import TRACES_PATH, ReceiverConfig
 
 logger = logging.getLogger(__name__)
 

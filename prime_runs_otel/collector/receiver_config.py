@@ -16,6 +16,8 @@ from ..errors import ConfigError
 from .intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 
 MiB = 1024 * 1024
+#: Where OTLP/HTTP traces are posted (the OTLP specification's path).
+TRACES_PATH = "/v1/traces"
 #: Room for one 64 MiB episode record (the Prime Traces line limit) with its
 #: OTLP framing and JSON escaping, plus a few ordinary spans beside it.
 DEFAULT_MAX_BODY_BYTES = 256 * MiB
