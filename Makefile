@@ -1,6 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. Each creates
-# .venv on first use and installs what it needs (the demo only the package,
-# the tests also the test tools and the prime-runs/verifiers oracle).
+# .venv on first use and installs what it needs (the demo the package with
+# its viewer, the ui extra; the tests also the test tools and the
+# prime-runs/verifiers oracle).
 # `make otelcol` builds the collector distribution of
 # collector-config/builder.yaml (cached; OTELCOL_BIN overrides) and prints its
 # path last; `make test` builds it in the background while the rest runs, and
@@ -25,7 +26,7 @@ $(UV): | $(BIN)/python
 	$(BIN)/python -m pip install --quiet 'uv>=0.5,<1'
 
 $(RUNTIME): pyproject.toml | $(UV)
-	$(INSTALL) -e .
+	$(INSTALL) -e '.[ui]'
 	@touch $(RUNTIME)
 
 $(TESTING): pyproject.toml | $(UV)

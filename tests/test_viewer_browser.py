@@ -94,7 +94,7 @@ def test_runs_run_episodes_episode_and_compare(
     expect(page.locator("#live-status")).to_contain_text("updated")  # the script polls
     _shoot(page, "runs", tmp_path)
 
-    page.get_by_role("link", name=runs["eval"][:12]).click()
+    page.get_by_role("link", name="demo-eval", exact=True).click()
     expect(page.locator("h1")).to_have_text("demo-eval")
     expect(page.locator("figure[data-chart=reward] svg rect").first).to_be_visible()
     expect(page.locator("section.errors")).to_contain_text("ProviderTimeout")
@@ -136,14 +136,15 @@ def test_runs_run_episodes_episode_and_compare(
 def test_a_training_run_charts_its_steps(
     browser: playwright_api.Browser, viewer: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
-    url, runs = viewer
+    url, _ = viewer
     page = browser.new_page(viewport={"width": 1100, "height": 760})
     page.goto(url + "/?kind=train")
     expect = playwright_api.expect
     expect(page.locator("table.runs tbody tr")).to_have_count(1)
-    page.get_by_role("link", name=runs["train"][:12]).click()
+    page.get_by_role("link", name="demo-train", exact=True).click()
     expect(page.locator("h1")).to_have_text("demo-train")
-    expect(page.locator("section.charts h2").last).to_have_text("Over steps")
+    # A training run's curves come first.
+    expect(page.locator("section.charts h2").first).to_have_text("Over steps")
     loss = page.locator("figure[data-chart='loss (metrics row)'] polyline")
     expect(loss).to_have_count(1)
     points = loss.get_attribute("points") or ""

@@ -18,6 +18,13 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 from .distributions import Bin, Distribution
+from .html import visible
+
+
+def _esc(value: str) -> str:
+    """Text escaped, with what would reorder it shown as escapes."""
+    return escape(str(visible(value)))
+
 
 __all__ = ["PALETTE", "bars", "grouped_bars", "lines", "scatter"]
 
@@ -42,7 +49,7 @@ def number(value: float) -> str:
 def _frame(body: list[str], label: str, width: int = WIDTH, height: int = HEIGHT) -> str:
     return (
         f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        f'role="img" aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">'
+        f'role="img" aria-label="{_esc(label)}" xmlns="http://www.w3.org/2000/svg">'
         + "".join(body)
         + "</svg>"
     )
@@ -65,14 +72,14 @@ def _axes(
     for value, y in ((y_range[0], bottom), (y_range[1], _TOP + 8)):
         body.append(
             f'<text class="tick" x="{_LEFT - 4}" y="{y}" text-anchor="end">'
-            f"{escape(number(value))}</text>"
+            f"{_esc(number(value))}</text>"
         )
     body.append(
-        f'<text class="tick" x="{_LEFT}" y="{height - 14}">{escape(number(x_range[0]))}</text>'
+        f'<text class="tick" x="{_LEFT}" y="{height - 14}">{_esc(number(x_range[0]))}</text>'
         f'<text class="tick" x="{width - _RIGHT}" y="{height - 14}" text-anchor="end">'
-        f"{escape(number(x_range[1]))}</text>"
+        f"{_esc(number(x_range[1]))}</text>"
         f'<text class="label" x="{(width + _LEFT) / 2}" y="{height - 2}" text-anchor="middle">'
-        f"{escape(x_label)}</text>"
+        f"{_esc(x_label)}</text>"
     )
 
 
@@ -124,10 +131,10 @@ def grouped_bars(
             )
             rect = (
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_width:.1f}" height="{height:.1f}" '
-                f'fill="{color}"><title>{escape(f"{who}{span}: {item.count}")}</title></rect>'
+                f'fill="{color}"><title>{_esc(f"{who}{span}: {item.count}")}</title></rect>'
             )
             if link is not None and item.count:
-                rect = f'<a href="{escape(link(item))}">{rect}</a>'
+                rect = f'<a href="{_esc(link(item))}">{rect}</a>'
             body.append(rect)
     low = min(shape.bins[0].low for shape in present)
     high = max(shape.bins[-1].high for shape in present)
@@ -176,12 +183,12 @@ def lines(
             elif points:
                 body.append(
                     f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
-                    f'points="{" ".join(points)}"><title>{escape(name)}</title></polyline>'
+                    f'points="{" ".join(points)}"><title>{_esc(name)}</title></polyline>'
                 )
         if len(series) > 1:
             body.append(
                 f'<text class="legend" x="{_LEFT + 6 + 120 * index}" y="{_TOP + 4}" '
-                f'fill="{color}">{escape(name[:18])}</text>'
+                f'fill="{color}">{_esc(name[:18])}</text>'
             )
     _axes(body, (x_low, x_high), (low, high), x_label=x_label)
     return _frame(body, label)
@@ -217,15 +224,15 @@ def scatter(
         dot = (
             f'<circle cx="{at(x, vertical=False):.1f}" cy="{at(y, vertical=True):.1f}" r="2.5" '
             f'fill="{PALETTE[0]}" fill-opacity="0.5"><title>'
-            f"{escape(f'example {name}: {number(x)} / {number(y)}')}</title></circle>"
+            f"{_esc(f'example {name}: {number(x)} / {number(y)}')}</title></circle>"
         )
         if link is not None:
-            dot = f'<a href="{escape(link(name))}">{dot}</a>'
+            dot = f'<a href="{_esc(link(name))}">{dot}</a>'
         body.append(dot)
     width = _LEFT + plot + _RIGHT
     _axes(body, (low, high), (low, high), x_label=x_label, width=width, height=size)
     body.append(
         f'<text class="label" x="12" y="{size / 2}" transform="rotate(-90 12 {size / 2})" '
-        f'text-anchor="middle">{escape(y_label)}</text>'
+        f'text-anchor="middle">{_esc(y_label)}</text>'
     )
     return _frame(body, label, width=width, height=size)
