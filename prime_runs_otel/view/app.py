@@ -296,13 +296,26 @@ class ViewerApp:
 
     def _runs(self, request: Request) -> Response:
         params = self._params(request)
+        sort = params.get("sort") or "start"
+        if sort not in pages.RUN_SORTS:
+            raise QueryError(f"sort={shown(sort, 40)!r}: one of {', '.join(pages.RUN_SORTS)}")
+        order = params.get("order") or pages.RUN_SORTS[sort][1]
+        if order not in ("asc", "desc"):
+            raise QueryError(f"order={shown(order, 40)!r}: asc or desc")
         views = [run_view(self._spool, row) for row in self._select(params)]
+        views = pages.sort_runs(views, sort, order)
         filters = {key: value for key, value in params.items() if value}
         reading = self._reader.reading if self._reader is not None else None
         empty = not views and not self._spool.runs()
         return _page(
             pages.runs_page(
-                views, filters, reading=reading, spool=str(self._spool.path), empty_store=empty
+                views,
+                filters,
+                reading=reading,
+                spool=str(self._spool.path),
+                empty_store=empty,
+                sort=sort,
+                order=order,
             )
         )
 

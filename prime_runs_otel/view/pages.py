@@ -11,7 +11,7 @@ function of its data: no spool access here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..deliver.spool import EpisodeFactsRow, RunRow
@@ -21,7 +21,7 @@ from .distributions import Bin, Distribution
 from .episodes import PAGE_SIZE, EpisodeDetail, EpisodeTable, Message
 from .html import DASH, Markup, number, pct, qs, render, url
 from .run_data import RunData
-from .runs import STATES, STATUSES, run_about
+from .runs import STATES, STATUSES, episode_delivery, run_about
 
 __all__ = [
     "compare_page",
@@ -56,6 +56,23 @@ def platform_url(address: str | None) -> str | None:
 _RUN_FILTERS = ("status", "kind", "name", "since")
 
 
+#: The runs list's sorts: each a key of a run's view, and its first order.
+RUN_SORTS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "start": (lambda view: view["created_at"], "desc"),
+    "name": (lambda view: (view["name"] or view["id"]).lower(), "asc"),
+    "status": (lambda view: (view["status"], view["state"]), "asc"),
+    "reward": (lambda view: view["summary"].get("avg_reward"), "desc"),
+}
+
+
+def sort_runs(views: list[dict[str, Any]], sort: str, order: str) -> list[dict[str, Any]]:
+    """``views`` by one of :data:`RUN_SORTS`; runs without a value last."""
+    key, _ = RUN_SORTS[sort]
+    valued = [view for view in views if key(view) is not None]
+    without = [view for view in views if key(view) is None]
+    return sorted(valued, key=key, reverse=order == "desc") + without
+
+
 def runs_page(
     views: Sequence[dict[str, Any]],
     filters: dict[str, str],
@@ -63,19 +80,26 @@ def runs_page(
     reading: str | None,
     spool: str = "",
     empty_store: bool = False,
+    sort: str = "start",
+    order: str = "desc",
 ) -> str:
-    """Every run, newest first, filtered as ``runs`` filters; tick two or
-    more to compare them."""
+    """Every run, newest first (or as sorted), filtered as ``runs`` filters;
+    tick two or more to compare them."""
     shown = [
         {
             **view,
             "label": view["name"] or view["id"][:12],
-            "waiting": view["pending"] or view["not_pushed"],
-            "waiting_word": "not pushed" if view["mode"] == "local" else "pending",
             "url": platform_url(view["url"]),
         }
         for view in views
     ]
+    kept = {key: filters.get(key) for key in _RUN_FILTERS}
+    sort_links, arrows = {}, {}
+    for key, (_, first) in RUN_SORTS.items():
+        again = "asc" if order == "desc" else "desc"
+        sort_links[key] = qs("/", {**kept, "sort": key, "order": again if key == sort else first})
+        if key == sort:
+            arrows[key] = " \u25bc" if order == "desc" else " \u25b2"
     return render(
         "runs.html",
         title="runs",
@@ -89,22 +113,23 @@ def runs_page(
         reading=reading,
         status_options=[("", "any status"), *((value, value) for value in (*STATUSES, *STATES))],
         kind_options=[("", "any kind"), ("eval", "eval"), ("train", "train")],
-        sort="",
-        order="",
+        sort=sort,
+        order=order,
         columns=[
-            ("run", None),
+            ("run", "name"),
             ("kind", None),
-            ("status", None),
+            ("status", "status"),
             ("episodes", None),
-            ("waiting", None),
-            ("reward", None),
+            ("pending", None),
+            ("not pushed", None),
+            ("reward", "reward"),
             ("errors", None),
             ("model", None),
-            ("created", None),
-            ("", None),
+            ("started", "start"),
+            ("platform", None),
         ],
-        sort_links={},
-        arrows={},
+        sort_links=sort_links,
+        arrows=arrows,
     )
 
 
@@ -164,7 +189,7 @@ def _facts(view: dict[str, Any]) -> list[tuple[str, object]]:
         ("episodes", view["episodes"]),
         ("pending", view["pending"]),
         ("not pushed", view["not_pushed"]),
-        ("failed / uncertain", f"{view['failed']} / {view['uncertain']}"),
+        ("delivery failed / uncertain", f"{view['failed']} / {view['uncertain']}"),
         ("corrupt / duplicates", f"{view['corrupt']} / {view['duplicates']}"),
         ("mean reward", number(summary.get("avg_reward"))),
         ("error rate", pct(summary.get("avg_error"))),
@@ -285,6 +310,7 @@ def episodes_page(
     query = table_data.query
     where = query.where
     fields = [
+        ("step", where.step, ""),
         ("min_reward", where.min_reward, ""),
         ("max_reward", where.max_reward, ""),
         ("min_tokens", where.min_tokens, ""),
@@ -303,7 +329,7 @@ def episodes_page(
         if query.sort == key:
             arrows[key] = " \u25bc" if query.descending else " \u25b2"
     offset = (query.page - 1) * PAGE_SIZE
-    rows = [_episode_row(run, row) for row in table_data.rows]
+    rows = [_episode_row(run, row, table_data.positions) for row in table_data.rows]
     pager = []
     if query.page > 1:
         pager.append((qs(episodes_url, {**params, "page": query.page - 1}), PREVIOUS))
@@ -342,6 +368,7 @@ def episodes_page(
         page=query.page,
         pages=table_data.pages,
         pager=pager,
+        jump=[(name, value) for name, value in params.items() if name != "page" and value],
         rows=rows,
         headers=[
             ("#", "arrival"),
@@ -372,10 +399,10 @@ def _example(key: str | None) -> str | None:
     return value if isinstance(value, str) else key
 
 
-def _episode_row(run: RunRow, row: EpisodeFactsRow) -> dict[str, Any]:
+def _episode_row(run: RunRow, row: EpisodeFactsRow, positions: dict[int, int]) -> dict[str, Any]:
     ok = {1: "ok", 0: "failed", -1: "?"}.get(row.ok if row.ok is not None else -2, "…")
     return {
-        "number": row.seq,
+        "number": positions.get(row.seq),
         "episode_id": row.episode_id,
         "href": url("runs", run.local_id, "episodes", row.episode_id),
         "example": _example(row.example),
@@ -391,7 +418,7 @@ def _episode_row(run: RunRow, row: EpisodeFactsRow) -> dict[str, Any]:
         "tokens": row.tokens,
         "duration": row.duration,
         "turns": row.turns,
-        "state": row.state,
+        "state": episode_delivery(run, row.state),
     }
 
 
@@ -413,7 +440,7 @@ def episode_page(run: RunRow, detail: EpisodeDetail, *, more: bool = False) -> s
         ("tokens (in / out)", f"{_dash(row.input_tokens)} / {_dash(row.output_tokens)}"),
         ("duration", _seconds(row.duration)),
         ("model calls", row.turns),
-        ("delivery", row.state),
+        ("delivery", episode_delivery(run, row.state)),
         ("record", f"{detail.size} bytes" if detail.size else None),
     ]
     steps = []
@@ -540,7 +567,6 @@ def compare_page(data: CompareData) -> str:
         crumbs=[("/compare", "compare")],
         live="",
         first_label=names[0],
-        order_note="",
         columns=_compare_columns(data),
         lines=_compare_lines(data),
         names=names,
@@ -551,32 +577,55 @@ def compare_page(data: CompareData) -> str:
 
 
 def _compare_columns(data: CompareData) -> list[dict[str, Any]]:
-    return [
-        {
-            "label": _run_label(run),
-            "id": run.local_id,
-            "href": url("runs", run.local_id),
-            "delta": False,
-        }
-        for run in data.runs
-    ]
+    """Each run's column in the order given, and after each but the first,
+    its difference from the first."""
+    columns = []
+    for index, run in enumerate(data.runs):
+        column = {"label": _run_label(run), "id": run.local_id, "href": url("runs", run.local_id)}
+        columns.append({**column, "delta": False})
+        if index:
+            columns.append({**column, "delta": True})
+    return columns
 
 
 def _compare_lines(data: CompareData) -> list[tuple[str, list[object]]]:
     views = data.views
+
+    def text(values: list[object]) -> list[object]:
+        return [values[0], *(cell for value in values[1:] for cell in (value, ""))]
+
+    def numbers(values: list[float | None], shown: Callable[[float | None], str]) -> list[object]:
+        first = values[0]
+        cells: list[object] = [shown(first)]
+        for value in values[1:]:
+            delta = None if value is None or first is None else value - first
+            cells += [shown(value), _signed(delta, shown)]
+        return cells
+
+    summaries = [view["summary"] for view in views]
     lines: list[tuple[str, list[object]]] = [
-        ("kind", [view["kind"] for view in views]),
-        ("model", [view["model"] for view in views]),
-        ("status", [f"{view['status']}, {view['state']}" for view in views]),
-        ("episodes", [view["episodes"] for view in views]),
-        ("mean reward", [number(view["summary"].get("avg_reward")) for view in views]),
-        ("error rate", [pct(view["summary"].get("avg_error")) for view in views]),
+        ("kind", text([view["kind"] for view in views])),
+        ("model", text([view["model"] for view in views])),
+        ("status", text([f"{view['status']}, {view['state']}" for view in views])),
+        ("episodes", numbers([view["episodes"] for view in views], _count)),
+        ("mean reward", numbers([summary.get("avg_reward") for summary in summaries], number)),
+        ("error rate", numbers([summary.get("avg_error") for summary in summaries], pct)),
     ]
     for name in data.metric_names:
-        lines.append(
-            (name, [number((view["summary"].get("avg_metrics") or {}).get(name)) for view in views])
-        )
+        values = [(summary.get("avg_metrics") or {}).get(name) for summary in summaries]
+        lines.append((name, numbers(values, number)))
     return lines
+
+
+def _count(value: float | None) -> str:
+    return DASH if value is None else f"{value:,.0f}"
+
+
+def _signed(delta: float | None, shown: Callable[[float | None], str]) -> str:
+    if delta is None:
+        return DASH
+    written = shown(abs(delta))
+    return f"+{written}" if delta > 0 else f"\u2212{written}" if delta < 0 else f"\u00b1{written}"
 
 
 # -- when something is wrong ---------------------------------------------------------

@@ -42,7 +42,8 @@
           : document;
         if (row) {
           setText(row, "episodes", run.episodes);
-          setText(row, "waiting", run.pending + run.not_pushed);
+          setText(row, "pending", run.pending);
+          setText(row, "not_pushed", run.not_pushed);
           setText(row, "status", run.status);
           setText(row, "state", run.state);
         }
