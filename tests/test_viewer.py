@@ -37,6 +37,7 @@ from prime_runs_otel.deliver.spool.views import FACT_COLUMNS
 from prime_runs_otel.read.episodes import EpisodeArrival
 from prime_runs_otel.read.projection import TraceScores, summary_trace_index
 from prime_runs_otel.read.records import RunBatch, RunIdentity, RunStart
+from prime_runs_otel.view import chart_data as chart_data_module
 from prime_runs_otel.view import compare
 from prime_runs_otel.view import episodes as episodes_view
 from prime_runs_otel.view.compare import compare_data
@@ -561,3 +562,25 @@ def test_ui_starts_on_an_empty_store_and_shows_runs_as_they_arrive(tmp_path: Pat
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_the_curves_come_as_json_reduced_on_the_server(
+    store: Store, server: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = server.get(f"/api/runs/{store.train_id}/charts").json()
+    assert train["axis"] == "step"
+    charts = {chart["id"]: chart for chart in train["charts"]}
+    loss = charts["metrics:loss"]
+    assert loss["x"] == list(range(TRAIN_STEPS)) and loss["series"][0]["values"][0] == 1.0
+    assert loss["time"] is not None and loss["time"] == sorted(loss["time"])
+    assert [chart["id"] for chart in train["charts"]][:2] == ["metrics:loss", "metrics:reward/mean"]
+    assert charts["reward"]["x"] == list(range(TRAIN_STEPS))
+    eval_charts = server.get(f"/api/runs/{store.eval_id}/charts").json()["charts"]
+    reward = next(chart for chart in eval_charts if chart["id"] == "reward")
+    assert reward["x"][-1] == EVAL_EPISODES and len(reward["time"]) == len(reward["x"])
+    monkeypatch.setattr(chart_data_module, "MAX_POINTS", 4)
+    run = store.spool.run(store.eval_id)
+    assert run is not None
+    thinned = chart_data_module.chart_data(store.spool, run)["charts"]
+    assert all(len(chart["x"]) <= 4 for chart in thinned)
+    assert server.get("/api/runs/no-such-run/charts").status_code == 404

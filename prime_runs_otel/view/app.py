@@ -39,6 +39,7 @@ from starlette.types import Message, Receive, Scope, Send
 from .._text import shown
 from ..deliver.spool import RunRow, Spool, SpoolError
 from . import pages
+from .chart_data import chart_data
 from .compare import compare_data
 from .episodes import MORE_BUDGET, QueryError, episode_detail, episode_table, table_query
 from .html import segment
@@ -65,6 +66,10 @@ _HEADERS = (
 _STATIC = {
     "viewer.css": "text/css; charset=utf-8",
     "viewer.js": "text/javascript; charset=utf-8",
+    "charts.js": "text/javascript; charset=utf-8",
+    # uPlot, vendored from npm with its licence (static/VENDORED.md).
+    "uPlot.iife.min.js": "text/javascript; charset=utf-8",
+    "uPlot.min.css": "text/css; charset=utf-8",
 }
 _MAX_COMPARED = 6
 #: Characters a path keeps as they are when written into a header: the rest
@@ -137,6 +142,7 @@ class ViewerApp:
                 Route("/runs/{run}/episodes/{episode}/record", self._guarded(self._record)),
                 Route("/api/runs", self._guarded(self._api_runs)),
                 Route("/api/runs/{run}/status", self._guarded(self._api_status)),
+                Route("/api/runs/{run}/charts", self._guarded(self._charts)),
             ],
             redirect_slashes=False,
             default=self._not_found,
@@ -324,7 +330,11 @@ class ViewerApp:
         part = request.query_params.get("part")
         if part not in (None, "", "live"):
             raise QueryError(f"part={shown(part, 40)!r}: only part=live")
-        return _page(pages.run_page(run_data(self._spool, run), live_part=part == "live"))
+        data = run_data(self._spool, run, with_series=False)
+        return _page(pages.run_page(data, live_part=part == "live"))
+
+    def _charts(self, request: Request) -> Response:
+        return _json(chart_data(self._spool, self._run_key(request)))
 
     def _episodes(self, request: Request) -> Response:
         run = self._run_key(request)

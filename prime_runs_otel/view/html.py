@@ -119,5 +119,7 @@ _ENVIRONMENT = _environment()
 
 
 def render(template: str, **context: Any) -> str:
-    """A page (or part of one) from its template in ``templates/``."""
+    """A page (or part of one) from its template in ``templates/``;
+    ``charts``: the page draws curves (it loads the chart library)."""
+    context.setdefault("charts", False)
     return _ENVIRONMENT.get_template(template).render(**context)

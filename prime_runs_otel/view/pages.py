@@ -161,14 +161,16 @@ def run_page(data: RunData, *, live_part: bool = False) -> str:
             }
             for group in data.errors
         ],
-        "series": _series(data),
+        "charts_url": f"{url('api', 'runs', run.local_id)}/charts" if _has_curves(data) else "",
         "series_title": "Over steps" if run.kind == "train" else "Over the run",
+        "axis": "step" if run.kind == "train" else "episode",
     }
     if live_part:
         return render("run_live.html", **context)
     recording = view["state"] == "recording"
     return render(
         "run.html",
+        charts=bool(context["charts_url"]),
         title=_run_label(run),
         crumbs=_crumbs(run),
         live=f"{url('api', 'runs', run.local_id)}/status" if recording else "",
@@ -219,6 +221,10 @@ def _config(run: RunRow) -> str:
     return shown
 
 
+def _has_curves(data: RunData) -> bool:
+    return bool(data.run.episodes) or data.run.kind == "train"
+
+
 _DISTRIBUTIONS = (
     ("reward", "reward per episode", "", "reward"),
     ("tokens", "tokens per episode", "", "tokens"),
@@ -264,39 +270,6 @@ def _figures(shape: Distribution, unit: str) -> str:
 
 def _bound(value: float) -> str:
     return f"{value:.6g}"
-
-
-def _series(data: RunData) -> list[dict[str, Any]]:
-    figures = []
-    series = data.series
-    if series is not None and series.x:
-        x_label = "step" if series.axis == "step" else "episodes (arrival order)"
-        over = "over steps" if series.axis == "step" else "over the run"
-        figures.append(_line(f"reward {over}", series.x, [("reward", series.reward)], x_label))
-        figures.append(
-            _line(f"error rate {over}", series.x, [("error rate", series.error_rate)], x_label)
-        )
-        for name, values in series.metrics.items():
-            figures.append(_line(f"{name} {over}", series.x, [(name, values)], x_label))
-    metric_rows = [
-        _line(
-            f"{name} (metrics row)",
-            [step for step, _ in points],
-            [(name, [value for _, value in points])],
-            "step",
-        )
-        for name, points in data.step_metrics.items()
-    ]
-    return metric_rows + figures
-
-
-def _line(
-    label: str,
-    x: Sequence[float],
-    series: Sequence[tuple[str, Sequence[float | None]]],
-    x_label: str,
-) -> dict[str, Any]:
-    return {"label": label, "chart": Markup(charts.lines(x, series, label=label, x_label=x_label))}
 
 
 # -- episodes ------------------------------------------------------------------------
