@@ -34,6 +34,7 @@ from prime_runs_otel._json import loads
 from prime_runs_otel.cli.arguments import parse_since
 from prime_runs_otel.deliver.spool import EpisodeFilter, Spool
 from prime_runs_otel.deliver.spool.views import FACT_COLUMNS
+from prime_runs_otel.produce.synthetic import synthetic_episode
 from prime_runs_otel.read.episodes import EpisodeArrival
 from prime_runs_otel.read.projection import TraceScores, summary_trace_index
 from prime_runs_otel.read.records import RunBatch, RunIdentity, RunStart
@@ -584,3 +585,24 @@ def test_the_curves_come_as_json_reduced_on_the_server(
     thinned = chart_data_module.chart_data(store.spool, run)["charts"]
     assert all(len(chart["x"]) <= 4 for chart in thinned)
     assert server.get("/api/runs/no-such-run/charts").status_code == 404
+
+
+def test_episodes_of_interleaved_runs_are_numbered_within_each(tmp_path: Path) -> None:
+    """Two runs stored turn by turn (as `serve` stores its senders): each
+    run's episodes are numbered 1, 2, 3... in its own arrival order."""
+    spool = open_spool(tmp_path / "spool")
+    for index in range(60):
+        run_id = ("left", "right")[index % 2]
+        record = synthetic_episode(index, seed=3)
+        arrival = EpisodeArrival.of(record, json.dumps(record).encode())
+        spool.ingest(
+            [RunBatch(RunIdentity(run_id), start=RunStart({}), episodes=[arrival])], mode="local"
+        )
+    with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
+        for run_id in ("left", "right"):
+            page = client.get(f"/runs/{run_id}/episodes?sort=reward").text
+            numbers = sorted(int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', page))
+            assert numbers == list(range(1, 31)), (run_id, numbers)
+            second = client.get(f"/runs/{run_id}/episodes?page=1").text
+            assert re.findall(r'<tr><td class="num">(\d+)</td>', second)[:2] == ["1", "2"]
+    spool.close()

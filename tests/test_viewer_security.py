@@ -510,7 +510,7 @@ def test_ui_without_its_extra_says_what_to_install_and_show_needs_none(tmp_path:
         timeout=120,
     )
     assert ui.returncode == 2, ui.stderr
-    assert "pip install 'prime-runs-otel[ui]'" in ui.stderr
+    assert "pip install -e '.[ui]' in the clone" in ui.stderr
     show = subprocess.run(
         [sys.executable, "-c", _BLOCK, "show", run_id],
         env=env,

@@ -26,8 +26,9 @@ __all__ = ["TOKEN_ENV", "add_ui_command"]
 
 TOKEN_ENV = "PRIME_RUNS_OTEL_UI_TOKEN"
 DEFAULT_PORT = 8765
-#: What ``ui`` needs beyond the package, and how to get it.
-INSTALL_UI = "pip install 'prime-runs-otel[ui]'"
+#: What ``ui`` needs beyond the package, and how to get it (from a clone:
+#: the package is installed from one).
+INSTALL_UI = "pip install -e '.[ui]' in the clone of prime-runs-otel"
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -40,8 +41,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
         from ..view.server import ViewerServer
     except ImportError as exc:
         raise UsageError(
-            f"the viewer needs its web parts, which are not installed ({exc.name} is missing): "
-            f"{INSTALL_UI} (from a clone: pip install -e '.[ui]')"
+            f"the viewer needs its web parts, Starlette and Jinja2, which are not installed "
+            f"({exc.name} is missing): {INSTALL_UI} (`make demo` installs them into the "
+            "clone's .venv)"
         ) from None
     settings = resolve_settings(spool_dir=args.spool_dir, mode="local")
     if not spool_exists(settings):

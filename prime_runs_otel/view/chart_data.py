@@ -12,10 +12,10 @@ as on a hundred.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+from .._json import loads
 from ..deliver.spool import EPISODE_AXES, STEP_AXIS, RunRow, Spool
 from .distributions import series_of
 from .run_data import MAX_SERIES_ROWS
@@ -76,7 +76,7 @@ def _metrics_rows(spool: Spool, run_id: str) -> list[dict[str, Any]]:
         if index % every and index != len(rows) - 1:
             continue
         try:
-            values = json.loads(row.row)
+            values = loads(row.row)
         except ValueError:
             continue
         if not isinstance(values, dict):

@@ -163,7 +163,9 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
         total=total,
         pages=pages,
         error_types=[group.error_type for group in spool.error_groups(run.local_id)],
-        positions=spool.episode_positions(run.local_id, [row.seq for row in rows]),
+        positions=spool.episode_positions(
+            run.local_id, [row.seq for row in rows], rows=run.episodes
+        ),
         clamped=clamped,
     )
 

@@ -497,10 +497,23 @@ class SpoolViews(SpoolCore):
         *row, body = rows[0]
         return _fact_row(tuple(row)), body
 
-    def episode_positions(self, run_id: str, seqs: list[int]) -> dict[int, int]:
-        """Each of ``seqs``' place in its run's arrival order (from 1): the
-        run's rows counted from one to the next along its own index, a walk
-        up to the furthest of them, once."""
+    def episode_positions(
+        self, run_id: str, seqs: list[int], *, rows: int | None = None
+    ) -> dict[int, int]:
+        """Each of ``seqs``' place in its run's arrival order (from 1).
+
+        ``rows``, the run's count of episodes: when its first and last
+        episodes are that many apart, nothing else was stored between them,
+        and a place is the distance from the first. Otherwise the run's rows
+        are counted from one to the next along its own index, a walk up to
+        the furthest of them, once."""
+        if rows:
+            # Two queries: SQLite finds one MIN or one MAX through the index,
+            # but scans the run for both at once.
+            (first,) = self._query("SELECT MIN(seq) FROM episodes WHERE run_id = ?", (run_id,))[0]
+            (last,) = self._query("SELECT MAX(seq) FROM episodes WHERE run_id = ?", (run_id,))[0]
+            if first is not None and last - first + 1 == rows:
+                return {seq: seq - first + 1 for seq in seqs}
         positions: dict[int, int] = {}
         below, reached = 0, -1
         for seq in sorted(set(seqs)):
