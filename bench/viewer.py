@@ -150,16 +150,19 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=200_000, help="episodes of the training run")
     parser.add_argument("--spool-dir", help="where to keep the spool (default: a temporary folder)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--pages-only", action="store_true", help="time the pages, not the `show` command"
+    )
     args = parser.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory() as scratch:
         spool_dir = args.spool_dir or scratch
         spool = build(spool_dir, args.episodes, args.other, args.train)
         print(f"spool_size {spool.size_bytes() / 2**30:.2f} GiB")
-        measure(spool_dir, spool, args.rounds)
+        measure(spool_dir, spool, args.rounds, pages_only=args.pages_only)
 
 
-def measure(spool_dir: str, spool: Spool, rounds: int) -> None:
+def measure(spool_dir: str, spool: Spool, rounds: int, *, pages_only: bool = False) -> None:
     from prime_runs_otel.view.server import ViewerServer
 
     first = spool.episode_rows(EVAL_RUN, EpisodeFilter(), limit=1)[0]
@@ -186,6 +189,8 @@ def measure(spool_dir: str, spool: Spool, rounds: int) -> None:
         "page_episode": f"/runs/{EVAL_RUN}/episodes/{first.episode_id}",
         "page_compare": f"/compare?run={EVAL_RUN}&run={OTHER_RUN}",
         "api_status": f"/api/runs/{EVAL_RUN}/status",
+        "api_charts": f"/api/runs/{EVAL_RUN}/charts",
+        "api_charts_training": f"/api/runs/{TRAIN_RUN}/charts",
         "api_runs": "/api/runs",
     }
     with (
@@ -194,10 +199,15 @@ def measure(spool_dir: str, spool: Spool, rounds: int) -> None:
     ):
         for name, path in pages.items():
             answer = client.get(path)
+            if answer.status_code == 404 and name.startswith("api_charts"):
+                print(f"{name} n/a")  # a viewer from before the charts had their address
+                continue
             if answer.status_code != 200:
                 raise SystemExit(f"{path}: {answer.status_code} {answer.text[:300]}")
             seconds = timed(rounds, lambda path=path: client.get(path).raise_for_status())
             print(f"{name} {seconds * 1000:.0f} ms")
+    if pages_only:
+        return
     # What `show` does once the interpreter and the command line are loaded.
     from prime_runs_otel.cli.store.show import print_show
 

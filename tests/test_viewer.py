@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -33,7 +34,11 @@ from prime_runs_otel._json import loads
 from prime_runs_otel.cli.arguments import parse_since
 from prime_runs_otel.deliver.spool import EpisodeFilter, Spool
 from prime_runs_otel.deliver.spool.views import FACT_COLUMNS
+from prime_runs_otel.produce.synthetic import synthetic_episode
+from prime_runs_otel.read.episodes import EpisodeArrival
 from prime_runs_otel.read.projection import TraceScores, summary_trace_index
+from prime_runs_otel.read.records import RunBatch, RunIdentity, RunStart
+from prime_runs_otel.view import chart_data as chart_data_module
 from prime_runs_otel.view import compare
 from prime_runs_otel.view import episodes as episodes_view
 from prime_runs_otel.view.compare import compare_data
@@ -424,3 +429,172 @@ def test_counts_in_the_view_match_a_recount(store: Store) -> None:
     assert len(pairs) == len(per_example)
     for key, mean, same in pairs:
         assert math.isclose(mean, totals[key] / per_example[key]) and mean == same
+
+
+# -- what a newcomer reaches for ---------------------------------------------------------
+
+
+def _rows(page: str) -> list[str]:
+    return re.findall(r'<tr data-run="([^"]*)"', page)
+
+
+def test_the_runs_list_sorts_and_names_are_links(store: Store, server: httpx.Client) -> None:
+    page = server.get("/").text
+    assert '<a href="/runs/' + store.eval_id + '" class="name">demo-eval</a>' in page
+    assert _rows(page) == [store.train_id, store.other_id, store.eval_id]  # newest first
+    by_name = _rows(server.get("/?sort=name&order=asc").text)
+    assert by_name == [store.eval_id, store.other_id, store.train_id]
+    assert _rows(server.get("/?sort=name&order=desc").text) == by_name[::-1]
+    rewards = {
+        run["id"]: run["avg_reward"] for run in server.get("/api/runs").json() if run["avg_reward"]
+    }
+    by_reward = [run for run in _rows(server.get("/?sort=reward").text) if run in rewards]
+    assert by_reward == sorted(rewards, key=lambda run: rewards[run], reverse=True)
+    assert server.get("/?sort=colour").status_code == 400
+    assert "<th>pending</th>" in page and "<th>not pushed</th>" in page
+
+
+def test_an_empty_result_says_so_and_how_to_clear_it(store: Store, server: httpx.Client) -> None:
+    page = server.get("/?name=no-such-name").text
+    assert "No run matches these filters" in page and '<a href="/">Clear the filters</a>' in page
+    episodes = server.get(f"/runs/{store.eval_id}/episodes?min_reward=1000").text
+    assert "No episode matches these filters" in episodes
+    past = server.get(f"/runs/{store.eval_id}/episodes?page=999")
+    assert past.status_code == 200
+    assert "There is no page 999: the table has 3 page(s)" in past.text
+    assert "page 3 of 3" in past.text
+
+
+def test_episodes_are_numbered_within_their_run_and_filter_by_step(
+    store: Store, server: httpx.Client
+) -> None:
+    def numbers(path: str) -> list[int]:
+        return [
+            int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', server.get(path).text)
+        ]
+
+    # The second run was stored after the first: its own numbering starts at 1.
+    assert numbers(f"/runs/{store.other_id}/episodes")[:3] == [1, 2, 3]
+    assert numbers(f"/runs/{store.other_id}/episodes?page=2")[0] == 51
+    rows = store.spool.episode_rows(
+        store.other_id, EpisodeFilter(), sort="reward", descending=True, limit=50
+    )
+    arrival = [
+        row.seq for row in store.spool.episode_rows(store.other_id, EpisodeFilter(), limit=500)
+    ]
+    expected = [arrival.index(row.seq) + 1 for row in rows]
+    assert numbers(f"/runs/{store.other_id}/episodes?sort=reward&order=desc") == expected
+    step = server.get(f"/runs/{store.train_id}/episodes?step=2").text
+    assert f"{EPISODES_PER_STEP} episode(s) match" in step
+    assert set(re.findall(r'<td class="num">(\d+)</td><td>ok', step)) <= {"2"}
+    assert 'name="step"' in step and 'value="2"' in step
+
+
+def test_the_pages_show_config_tracebacks_deltas_and_one_word_per_state(
+    store: Store, server: httpx.Client
+) -> None:
+    run_page = server.get(f"/runs/{store.eval_id}").text
+    assert "temperature" in run_page and "0.7" in run_page
+    (failed,) = store.spool.episode_rows(store.eval_id, EpisodeFilter(error="any"), limit=1)
+    episode = server.get(f"/runs/{store.eval_id}/episodes/{failed.episode_id}").text
+    assert "ProviderTimeout" in episode and "Traceback (most recent call last)" in episode
+    table = server.get(f"/runs/{store.eval_id}/episodes").text
+    assert "<td>not pushed</td>" in table and "<td>pending</td>" not in table
+    compare = server.get(f"/compare?run={store.eval_id}&run={store.other_id}").text
+    assert "Δ <span" in compare and "in the order they were given" in compare
+    assert "its episodes in" in compare
+
+
+def test_a_record_without_traces_gets_whole_pages(tmp_path: Path) -> None:
+    spool = open_spool(tmp_path / "spool")
+    record = {"id": "bare", "traces": []}
+    arrival = EpisodeArrival.of(record, json.dumps(record).encode())
+    spool.ingest(
+        [RunBatch(RunIdentity("bare-run"), start=RunStart({}), episodes=[arrival])], mode="local"
+    )
+    with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
+        page = client.get("/runs/bare-run")
+        assert page.status_code == 200 and page.text.rstrip().endswith("</html>")
+        assert "No episode with a reward, tokens or times yet" in page.text
+        episode = client.get("/runs/bare-run/episodes/bare")
+        assert episode.status_code == 200 and episode.text.rstrip().endswith("</html>")
+    spool.close()
+
+
+def test_ui_starts_on_an_empty_store_and_shows_runs_as_they_arrive(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "not-yet"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prime_runs_otel.cli",
+            "ui",
+            "--no-browser",
+            "--port",
+            "0",
+            "--spool-dir",
+            str(spool_dir),
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(2)]
+        assert "is empty" in lines[0] and "prime-runs-otel demo" in lines[0], lines
+        address = lines[1].split(": ", 1)[1].strip()
+        with httpx.Client(base_url=address, timeout=30) as client:
+            empty = client.get("/").text
+            assert "is empty" in empty and "prime-runs-otel demo" in empty
+            assert 'data-live="/api/runs"' in empty  # the page looks again by itself
+            record_eval(spool_dir, name="arrived")
+            assert [run["id"] for run in client.get("/api/runs").json()]
+            assert "arrived" in client.get("/").text
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_the_curves_come_as_json_reduced_on_the_server(
+    store: Store, server: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = server.get(f"/api/runs/{store.train_id}/charts").json()
+    assert train["axis"] == "step"
+    charts = {chart["id"]: chart for chart in train["charts"]}
+    loss = charts["metrics:loss"]
+    assert loss["x"] == list(range(TRAIN_STEPS)) and loss["series"][0]["values"][0] == 1.0
+    assert loss["time"] is not None and loss["time"] == sorted(loss["time"])
+    assert [chart["id"] for chart in train["charts"]][:2] == ["metrics:loss", "metrics:reward/mean"]
+    assert charts["reward"]["x"] == list(range(TRAIN_STEPS))
+    eval_charts = server.get(f"/api/runs/{store.eval_id}/charts").json()["charts"]
+    reward = next(chart for chart in eval_charts if chart["id"] == "reward")
+    assert reward["x"][-1] == EVAL_EPISODES and len(reward["time"]) == len(reward["x"])
+    monkeypatch.setattr(chart_data_module, "MAX_POINTS", 4)
+    run = store.spool.run(store.eval_id)
+    assert run is not None
+    thinned = chart_data_module.chart_data(store.spool, run)["charts"]
+    assert all(len(chart["x"]) <= 4 for chart in thinned)
+    assert server.get("/api/runs/no-such-run/charts").status_code == 404
+
+
+def test_episodes_of_interleaved_runs_are_numbered_within_each(tmp_path: Path) -> None:
+    """Two runs stored turn by turn (as `serve` stores its senders): each
+    run's episodes are numbered 1, 2, 3... in its own arrival order."""
+    spool = open_spool(tmp_path / "spool")
+    for index in range(60):
+        run_id = ("left", "right")[index % 2]
+        record = synthetic_episode(index, seed=3)
+        arrival = EpisodeArrival.of(record, json.dumps(record).encode())
+        spool.ingest(
+            [RunBatch(RunIdentity(run_id), start=RunStart({}), episodes=[arrival])], mode="local"
+        )
+    with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
+        for run_id in ("left", "right"):
+            page = client.get(f"/runs/{run_id}/episodes?sort=reward").text
+            numbers = sorted(int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', page))
+            assert numbers == list(range(1, 31)), (run_id, numbers)
+            second = client.get(f"/runs/{run_id}/episodes?page=1").text
+            assert re.findall(r'<tr><td class="num">(\d+)</td>', second)[:2] == ["1", "2"]
+    spool.close()

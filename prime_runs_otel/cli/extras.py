@@ -21,7 +21,7 @@ __all__ = ["SERVE", "UI", "require", "require_testing"]
 
 #: The modules each extra brings that its command imports.
 SERVE = ("uvicorn", "h11", "grpc", "google.rpc", "prometheus_client")
-UI = ("uvicorn",)
+UI = ("uvicorn", "starlette", "jinja2")
 
 
 def require(extra: str, modules: tuple[str, ...], command: str) -> None:

@@ -2,7 +2,9 @@
 (:mod:`prime_runs_otel.view`), on loopback unless told otherwise.
 
 Only the wiring is here: the options, the token a listener beyond loopback
-needs (as ``serve`` does), the address printed and opened.
+needs (as ``serve`` does), the address printed and opened. The viewer's
+web parts (Starlette, Jinja2) come with the ``ui`` extra and are imported
+only here, when the command runs: every other command works without them.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import webbrowser
 from typing import Any
 
 from .._net import is_loopback
+from ..config import resolve_settings
+from ..deliver.spool import Spool
 from .arguments import parse_since, port_number, spool_option
 from .exits import EXIT_OK, UsageError
 from .extras import UI, require
-from .store.lookup import open_spool
+from .store.lookup import first_run_hint, open_spool, spool_exists
 
 __all__ = ["TOKEN_ENV", "add_ui_command"]
 
@@ -34,6 +38,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
     require("ui", UI, "ui")
     from ..view.server import ViewerServer  # here: the viewer's server is the [ui] extra's
 
+    settings = resolve_settings(spool_dir=args.spool_dir, mode="local")
+    if not spool_exists(settings):
+        # An empty store, as the first run would create it: the runs page
+        # says how to fill it and shows runs as they arrive.
+        Spool(settings.spool_path, max_bytes=settings.spool_max_bytes).close()
+        print(f"the store at {settings.spool_path} is empty; {first_run_hint()}", flush=True)
     _, spool = open_spool(args.spool_dir)
     server = ViewerServer(
         spool, host=args.host, port=args.port, token=args.token, since=parse_since

@@ -1,31 +1,42 @@
-"""Charts as inline SVG, drawn on the server.
+"""Distributions and the per-example scatter as inline SVG, drawn on the
+server.
 
-Server-side SVG rather than a JavaScript charting library: the spool has
-already reduced every chart to a few hundred numbers, so drawing them is a
-few dozen lines of arithmetic; a page then needs no script to show its
-charts (they are in the HTML, in screenshots, in a saved page), there is no
-third-party code to vendor, audit and upgrade, and every label goes through
-the same escaping as the rest of the page. What SVG gives up (zooming,
-panning) the pages make up for with links: a bar of a reward distribution
-opens the episodes in its range. Hovering a bar or a point shows its value
-(an SVG ``<title>``).
+These are the charts whose every mark is a link: a bar of a distribution
+opens the episodes in its range, a point of the scatter its example. As SVG
+in the page they are links like any other, need no script, and every label
+goes through the same escaping as the rest of the page; hovering a bar or a
+point shows its value (an SVG ``<title>``). The curves over a run, where
+people zoom, smooth and switch axes, are drawn in the browser instead
+(``static/charts.js`` with uPlot, from :mod:`.chart_data`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from html import escape
 
 from .distributions import Bin, Distribution
+from .html import visible
 
-__all__ = ["PALETTE", "bars", "grouped_bars", "lines", "scatter"]
+
+def _esc(value: str) -> str:
+    """Text escaped, with what would reorder it shown as escapes."""
+    return escape(str(visible(value)))
+
+
+def _label(value: str, limit: int = 48) -> str:
+    """A label short enough to fit under a chart."""
+    return value if len(value) <= limit else value[: limit - 1] + "\u2026"
+
+
+__all__ = ["PALETTE", "bars", "grouped_bars", "scatter"]
 
 #: One colour per run or series, in order (readable on white, and apart).
 PALETTE = ("#2f6fde", "#e0892b", "#2c9c69", "#c1447b", "#7a5bd1", "#7d7d7d")
-WIDTH = 560
+WIDTH = 640
 HEIGHT = 200
-_LEFT, _RIGHT, _TOP, _BOTTOM = 46, 12, 10, 30
+#: Room for the axis labels: a tick such as -0.03483 or 1.23e+05 fits whole.
+_LEFT, _RIGHT, _TOP, _BOTTOM = 72, 16, 10, 30
 
 
 def number(value: float) -> str:
@@ -42,7 +53,7 @@ def number(value: float) -> str:
 def _frame(body: list[str], label: str, width: int = WIDTH, height: int = HEIGHT) -> str:
     return (
         f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        f'role="img" aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">'
+        f'role="img" aria-label="{_esc(label)}" xmlns="http://www.w3.org/2000/svg">'
         + "".join(body)
         + "</svg>"
     )
@@ -65,14 +76,14 @@ def _axes(
     for value, y in ((y_range[0], bottom), (y_range[1], _TOP + 8)):
         body.append(
             f'<text class="tick" x="{_LEFT - 4}" y="{y}" text-anchor="end">'
-            f"{escape(number(value))}</text>"
+            f"{_esc(number(value))}</text>"
         )
     body.append(
-        f'<text class="tick" x="{_LEFT}" y="{height - 14}">{escape(number(x_range[0]))}</text>'
+        f'<text class="tick" x="{_LEFT}" y="{height - 14}">{_esc(number(x_range[0]))}</text>'
         f'<text class="tick" x="{width - _RIGHT}" y="{height - 14}" text-anchor="end">'
-        f"{escape(number(x_range[1]))}</text>"
+        f"{_esc(number(x_range[1]))}</text>"
         f'<text class="label" x="{(width + _LEFT) / 2}" y="{height - 2}" text-anchor="middle">'
-        f"{escape(x_label)}</text>"
+        f"{_esc(_label(x_label))}</text>"
     )
 
 
@@ -124,66 +135,14 @@ def grouped_bars(
             )
             rect = (
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_width:.1f}" height="{height:.1f}" '
-                f'fill="{color}"><title>{escape(f"{who}{span}: {item.count}")}</title></rect>'
+                f'fill="{color}"><title>{_esc(f"{who}{span}: {item.count}")}</title></rect>'
             )
             if link is not None and item.count:
-                rect = f'<a href="{escape(link(item))}">{rect}</a>'
+                rect = f'<a href="{_esc(link(item))}">{rect}</a>'
             body.append(rect)
     low = min(shape.bins[0].low for shape in present)
     high = max(shape.bins[-1].high for shape in present)
     _axes(body, (low, high), (0, top), x_label=label)
-    return _frame(body, label)
-
-
-def lines(
-    x: Sequence[float],
-    series: Sequence[tuple[str, Sequence[float | None]]],
-    *,
-    label: str,
-    x_label: str,
-) -> str:
-    """One or more series over ``x``, each a polyline in :data:`PALETTE`
-    order, broken where a value is missing, with a legend."""
-    values = [value for _, ys in series for value in ys if value is not None]
-    if not x or not values:
-        return ""
-    low, high = min(values), max(values)
-    if low == high:
-        low, high = low - 0.5, high + 0.5
-    x_low, x_high = min(x), max(x)
-    span = (x_high - x_low) or 1.0
-    plot_width = WIDTH - _LEFT - _RIGHT
-    plot_height = HEIGHT - _TOP - _BOTTOM
-
-    def at(x_value: float, y_value: float) -> str:
-        px = _LEFT + plot_width * (x_value - x_low) / span
-        py = HEIGHT - _BOTTOM - plot_height * (y_value - low) / (high - low)
-        return f"{px:.1f},{py:.1f}"
-
-    body: list[str] = []
-    for index, (name, ys) in enumerate(series):
-        color = PALETTE[index % len(PALETTE)]
-        runs: list[list[str]] = [[]]
-        for x_value, y_value in zip(x, ys, strict=True):
-            if y_value is None or not math.isfinite(y_value):
-                runs.append([])
-                continue
-            runs[-1].append(at(x_value, y_value))
-        for points in runs:
-            if len(points) == 1:
-                cx, cy = points[0].split(",")
-                body.append(f'<circle cx="{cx}" cy="{cy}" r="2" fill="{color}"/>')
-            elif points:
-                body.append(
-                    f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
-                    f'points="{" ".join(points)}"><title>{escape(name)}</title></polyline>'
-                )
-        if len(series) > 1:
-            body.append(
-                f'<text class="legend" x="{_LEFT + 6 + 120 * index}" y="{_TOP + 4}" '
-                f'fill="{color}">{escape(name[:18])}</text>'
-            )
-    _axes(body, (x_low, x_high), (low, high), x_label=x_label)
     return _frame(body, label)
 
 
@@ -217,15 +176,15 @@ def scatter(
         dot = (
             f'<circle cx="{at(x, vertical=False):.1f}" cy="{at(y, vertical=True):.1f}" r="2.5" '
             f'fill="{PALETTE[0]}" fill-opacity="0.5"><title>'
-            f"{escape(f'example {name}: {number(x)} / {number(y)}')}</title></circle>"
+            f"{_esc(f'example {name}: {number(x)} / {number(y)}')}</title></circle>"
         )
         if link is not None:
-            dot = f'<a href="{escape(link(name))}">{dot}</a>'
+            dot = f'<a href="{_esc(link(name))}">{dot}</a>'
         body.append(dot)
     width = _LEFT + plot + _RIGHT
     _axes(body, (low, high), (low, high), x_label=x_label, width=width, height=size)
     body.append(
         f'<text class="label" x="12" y="{size / 2}" transform="rotate(-90 12 {size / 2})" '
-        f'text-anchor="middle">{escape(y_label)}</text>'
+        f'text-anchor="middle">{_esc(_label(y_label, 32))}</text>'
     )
     return _frame(body, label, width=width, height=size)

@@ -103,6 +103,8 @@ class Series:
     reward: tuple[float | None, ...]
     error_rate: tuple[float, ...]
     metrics: dict[str, tuple[float | None, ...]] = field(default_factory=dict)
+    #: When each point's last episode arrived (epoch seconds).
+    time: tuple[float, ...] = ()
 
 
 def series_of(points: Sequence[SeriesPoint], *, block: int, max_points: int = MAX_POINTS) -> Series:
@@ -120,6 +122,7 @@ def series_of(points: Sequence[SeriesPoint], *, block: int, max_points: int = MA
     return Series(
         axis="step" if block == 0 else "episodes",
         x=tuple(x),
+        time=tuple(max(p.last_seen for p in group) for group in groups),
         episodes=tuple(sum(p.episodes for p in group) for group in groups),
         reward=tuple(
             _mean(sum(p.reward_sum for p in g), sum(p.rewarded for p in g)) for g in groups

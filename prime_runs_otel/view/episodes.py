@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,6 +40,19 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_TEXT_CHARS = 20_000
 #: Messages of one trace shown.
 MAX_MESSAGES = 500
+#: Traces of an episode, tool calls of a message, and rewards and metrics of
+#: a trace shown at most.
+MAX_TRACES = 50
+MAX_TOOL_CALLS = 100
+MAX_ENTRIES = 200
+#: Bytes of text a page of an episode shows at most, counted as the page
+#: writes them (escaped), with the markup around each piece: whatever the
+#: record's shape, its page stays within this and a few KiB of layout.
+PAGE_BUDGET = 1 << 20
+#: The same with "show more".
+MORE_BUDGET = 4 << 20
+#: The largest whole number a filter takes (SQLite's integers are 64-bit).
+MAX_WHOLE = 2**63 - 1
 
 
 class QueryError(ValueError):
@@ -65,6 +79,7 @@ def table_query(params: Mapping[str, str]) -> TableQuery:
         raise QueryError(f"order={order!r}: asc or desc")
     error = values.get("error")
     where = EpisodeFilter(
+        step=_whole(values, "step", low=0),
         min_reward=_number(values, "min_reward"),
         max_reward=_number(values, "max_reward"),
         error=error,
@@ -74,11 +89,8 @@ def table_query(params: Mapping[str, str]) -> TableQuery:
         max_duration=_number(values, "max_duration"),
         example=values.get("example"),
     )
-    page = _whole(values, "page")
-    page = 1 if page is None else page
-    if page < 1:
-        raise QueryError("page must be 1 or more")
-    return TableQuery(where, sort, order == "desc", page)
+    page = _whole(values, "page", low=1)
+    return TableQuery(where, sort, order == "desc", 1 if page is None else page)
 
 
 def _number(values: Mapping[str, str], name: str) -> float | None:
@@ -93,13 +105,16 @@ def _number(values: Mapping[str, str], name: str) -> float | None:
     return number
 
 
-def _whole(values: Mapping[str, str], name: str) -> int | None:
+def _whole(values: Mapping[str, str], name: str, *, low: int = -MAX_WHOLE) -> int | None:
     if name not in values:
         return None
-    try:
-        return int(values[name])
-    except ValueError:
-        raise QueryError(f"{name}={values[name]!r} is not a whole number") from None
+    text = values[name]
+    if len(text) > 20 or not text.lstrip("+-").isdigit() or not text.isascii():
+        raise QueryError(f"{name}={text[:40]!r} is not a whole number")
+    number = int(text)
+    if not low <= number <= MAX_WHOLE:
+        raise QueryError(f"{name}={number} is out of range: {low} to {MAX_WHOLE}")
+    return number
 
 
 @dataclass(frozen=True)
@@ -109,11 +124,14 @@ class EpisodeTable:
     total: int
     pages: int
     error_types: list[str]
+    #: Each row's place in the run's arrival order (its "#"), by ``seq``.
+    positions: dict[int, int] = field(default_factory=dict)
+    #: Said when the page asked for was past the last (the last is shown).
+    clamped: str = ""
 
 
 def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
-    offset = (query.page - 1) * PAGE_SIZE
-    if offset > MAX_OFFSET:
+    if (query.page - 1) * PAGE_SIZE > MAX_OFFSET:
         raise QueryError(f"page {query.page} is too deep: narrow the table with a filter")
     plan = _plan(spool, run, query)
     total = plan.total
@@ -121,6 +139,15 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
         total = spool.episode_count(
             run.local_id, query.where, sort=query.sort, index=plan.count_index
         )
+    pages = max(1, -(-total // PAGE_SIZE))
+    clamped = ""
+    if query.page > pages:
+        clamped = (
+            f"There is no page {query.page}: the table has {pages} page(s) "
+            "with these filters, and this is the last."
+        )
+        query = replace(query, page=pages)
+    offset = (query.page - 1) * PAGE_SIZE
     rows = spool.episode_rows(
         run.local_id,
         query.where,
@@ -134,8 +161,12 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
         query=query,
         rows=rows,
         total=total,
-        pages=max(1, -(-total // PAGE_SIZE)),
+        pages=pages,
         error_types=[group.error_type for group in spool.error_groups(run.local_id)],
+        positions=spool.episode_positions(
+            run.local_id, [row.seq for row in rows], rows=run.episodes
+        ),
+        clamped=clamped,
     )
 
 
@@ -176,6 +207,8 @@ def _plan(spool: Spool, run: RunRow, query: TableQuery) -> _Plan:
         return _Plan("episodes_by_example", "episodes_by_example")
     if where.error is not None and where.error != "none":
         return _Plan("episodes_failed", "episodes_failed")
+    if where.step is not None:  # a step's episodes arrive together: along the sort's index
+        return _Plan(sort_index, sort_index)
     ranges = {
         name: (low, high)
         for name, low, high in (
@@ -240,6 +273,7 @@ class Message:
     usage: dict[str, int] = field(default_factory=dict)
     finish_reason: str = ""
     cut: int = 0  # characters left out
+    more_calls: int = 0  # tool calls left out
 
 
 @dataclass(frozen=True)
@@ -254,6 +288,7 @@ class TraceView:
     messages: list[Message]
     #: Model calls that wrote no message (a failed call): their error.
     failed_calls: list[str]
+    #: Each error with its traceback, when the record has one.
     errors: list[str]
     tools: list[str]
     more_messages: int = 0
@@ -269,16 +304,74 @@ class EpisodeDetail:
     previous: str | None = None
     following: str | None = None
     size: int = 0
+    more_traces: int = 0
+    #: The page's budget, and whether the record needed more than it.
+    budget: int = PAGE_BUDGET
+    over_budget: bool = False
 
 
-def episode_detail(spool: Spool, run: RunRow, episode_id: str) -> EpisodeDetail | None:
-    """``None`` when the run has no such episode."""
+class _Budget:
+    """What is left of a page's bytes: each text taken is cut to fit, and
+    once nothing is left, nothing more is taken (and the page says so)."""
+
+    #: The markup around a piece of text, at most (a message's box, a row).
+    PIECE = 200
+    #: What the page writes for one character at most: ``\u202e`` is six.
+    WIDEST = 6
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.left = total
+        self.cut = False
+
+    def take(self, text: str) -> tuple[str, int]:
+        """``text`` cut to what is left, and the characters cut."""
+        cost = _cost(text) + self.PIECE
+        if cost <= self.left:
+            self.left -= cost
+            return text, 0
+        self.cut = True
+        room = max(0, self.left - self.PIECE) // self.WIDEST
+        self.left = max(0, self.left - self.PIECE - room * self.WIDEST)
+        return text[:room], len(text) - room
+
+    def charge(self, cost: int) -> None:
+        """Count markup written whatever the text (a message's box and meta)."""
+        self.left = max(0, self.left - cost)
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= self.PIECE
+
+    @property
+    def over(self) -> bool:
+        """Whether something was cut or left out for want of room."""
+        return self.cut or self.spent
+
+
+#: Characters that take more than their own bytes on a page: escaped
+#: markup characters, and what is shown as a visible escape.
+_WIDE = re.compile(
+    "[&<>\"'\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _cost(text: str) -> int:
+    """Bytes ``text`` takes on a page, at most."""
+    return len(text.encode("utf-8", "surrogatepass")) + 5 * len(_WIDE.findall(text))
+
+
+def episode_detail(
+    spool: Spool, run: RunRow, episode_id: str, *, budget: int = PAGE_BUDGET
+) -> EpisodeDetail | None:
+    """``None`` when the run has no such episode. The texts shown fit in
+    ``budget`` bytes of page, whatever the record holds."""
     found = spool.episode(run.local_id, episode_id)
     if found is None:
         return None
     row, body = found
     previous, following = spool.episode_neighbours(run.local_id, row.seq)
-    detail = EpisodeDetail(row=row, previous=previous, following=following)
+    detail = EpisodeDetail(row=row, previous=previous, following=following, budget=budget)
     export = f"prime-runs-otel export {run.local_id[:12]} --what episodes"
     if body is None:
         return replace(
@@ -292,7 +385,7 @@ def episode_detail(spool: Spool, run: RunRow, episode_id: str) -> EpisodeDetail 
         return replace(
             detail,
             problem=f"its record is {len(body) / 2**20:.1f} MiB, more than a page shows "
-            f"({MAX_BODY_BYTES // 2**20} MiB). Read it with `{export}`.",
+            f"({MAX_BODY_BYTES // 2**20} MiB). Download it below, or read it with `{export}`.",
         )
     try:
         record = fast_loads(body)
@@ -300,8 +393,21 @@ def episode_detail(spool: Spool, run: RunRow, episode_id: str) -> EpisodeDetail 
         return replace(detail, problem=f"its stored record is damaged and cannot be read ({exc}).")
     if not isinstance(record, dict):
         return replace(detail, problem="its stored record is not a JSON object.")
-    traces = [_trace(item, index) for index, item in enumerate(_list(record.get("traces")))]
-    return replace(detail, traces=traces, task=_task(record))
+    spending = _Budget(budget)
+    task, _ = spending.take(_task(record))
+    items = _list(record.get("traces"))
+    traces = []
+    for index, item in enumerate(items[:MAX_TRACES]):
+        if spending.spent:
+            break
+        traces.append(_trace(item, index, spending))
+    return replace(
+        detail,
+        traces=traces,
+        task=task,
+        more_traces=len(items) - len(traces),
+        over_budget=spending.over,
+    )
 
 
 def _list(value: Any) -> list[Any]:
@@ -350,7 +456,18 @@ def _task(record: Mapping[str, Any]) -> str:
     return _cut(_json(shown or data))[0] if (shown or data) else ""
 
 
-def _trace(item: Any, index: int) -> TraceView:
+def _entries(value: Any, spending: _Budget, shown: Any) -> dict[str, str]:
+    """A mapping's first entries, as text, within the budget."""
+    entries = {}
+    for name, item in list(_map(value).items())[:MAX_ENTRIES]:
+        if spending.spent:
+            break
+        key, _ = spending.take(_cut(str(name))[0])
+        entries[key], _ = spending.take(_cut(shown(item))[0])
+    return entries
+
+
+def _trace(item: Any, index: int, spending: _Budget) -> TraceView:
     trace = _map(item)
     agent = _map(trace.get("agent"))
     config = _map(agent.get("config"))
@@ -362,39 +479,44 @@ def _trace(item: Any, index: int) -> TraceView:
         node = call_map.get("node")
         if isinstance(node, int) and not isinstance(node, bool):
             produced[node] = call_map
-        elif call_map.get("error") is not None:
-            failed_calls.append(_error_text(call_map.get("error")))
-    messages = [
-        _message(position, _map(node), produced.get(position))
-        for position, node in enumerate(nodes[:MAX_MESSAGES])
-    ]
-    rewards = {
-        str(name): (
-            "did not run"
-            if reward is None
-            else f"{_map(reward).get('score')} (weight {_map(reward).get('weight', 1.0)})"
-        )
-        for name, reward in _map(trace.get("rewards")).items()
-    }
-    metrics = {str(name): _json(value) for name, value in _map(trace.get("metrics")).items()}
-    tools = [
-        str(_map(tool).get("name") or _map(_map(tool).get("function")).get("name") or "?")
-        for tool in _list(trace.get("tools"))
-    ]
+        elif call_map.get("error") is not None and not spending.spent:
+            failed_calls.append(spending.take(_cut(_error_text(call_map.get("error")))[0])[0])
+    errors = []
+    for error in _list(trace.get("errors"))[:MAX_ENTRIES]:
+        if spending.spent:
+            break
+        errors.append(spending.take(_cut(_error_text(error))[0])[0])
+    messages = []
+    for position, node in enumerate(nodes[:MAX_MESSAGES]):
+        if spending.spent:
+            break
+        messages.append(_message(position, _map(node), produced.get(position), spending))
+    tools = []
+    for tool in _list(trace.get("tools"))[:MAX_ENTRIES]:
+        name = _map(tool).get("name") or _map(_map(tool).get("function")).get("name") or "?"
+        tools.append(spending.take(_cut(str(name))[0])[0])
+    name, _ = spending.take(_cut(str(agent.get("name") or f"trace {index + 1}"))[0])
+    model, _ = spending.take(_cut(str(config.get("model") or ""))[0])
     return TraceView(
-        name=str(agent.get("name") or f"trace {index + 1}"),
-        model=str(config.get("model") or ""),
+        name=name,
+        model=model,
         trainable=bool(agent.get("trainable", True)),
         ok=trace.get("ok", True) is True,
         reward=_reward(trace),
-        rewards=rewards,
-        metrics=metrics,
+        rewards=_entries(trace.get("rewards"), spending, _score),
+        metrics=_entries(trace.get("metrics"), spending, _json),
         messages=messages,
         failed_calls=failed_calls,
-        errors=[_error_text(error) for error in _list(trace.get("errors"))],
+        errors=errors,
         tools=tools,
-        more_messages=max(0, len(nodes) - MAX_MESSAGES),
+        more_messages=len(nodes) - len(messages),
     )
+
+
+def _score(reward: Any) -> str:
+    if reward is None:
+        return "did not run"
+    return f"{_map(reward).get('score')} (weight {_map(reward).get('weight', 1.0)})"
 
 
 def _reward(trace: Mapping[str, Any]) -> float | None:
@@ -405,47 +527,67 @@ def _reward(trace: Mapping[str, Any]) -> float | None:
         try:
             score, weight = _map(reward).get("score"), _map(reward).get("weight", 1.0)
             total += float(score) * float(weight)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
     return total if math.isfinite(total) else None
 
 
 def _error_text(error: Any) -> str:
+    """An error as its type and message, and its traceback below when the
+    record has one."""
     error_map = _map(error)
     if not error_map:
         return _text(error)
     kind = error_map.get("type")
     message = error_map.get("message")
-    return ": ".join(str(part) for part in (kind, message) if part) or _json(error)
+    head = ": ".join(str(part) for part in (kind, message) if part) or _json(error)
+    trace = error_map.get("traceback") or error_map.get("stacktrace")
+    return f"{head}\n\n{_text(trace)}" if trace else head
 
 
-def _message(position: int, node: Mapping[str, Any], call: Mapping[str, Any] | None) -> Message:
+#: A message's box, its line of facts (role, tokens, the call it answers)
+#: and its notes, at most.
+_MESSAGE_MARKUP = 1200
+
+
+def _message(
+    position: int, node: Mapping[str, Any], call: Mapping[str, Any] | None, spending: _Budget
+) -> Message:
+    spending.charge(_MESSAGE_MARKUP)
     message = _map(node.get("message"))
     content, cut = _cut(_text(message.get("content")))
+    content, over = spending.take(content)
     reasoning, more = _cut(_text(message.get("reasoning_content") or message.get("reasoning")))
+    reasoning, further = spending.take(reasoning)
     calls = []
-    for tool_call in _list(message.get("tool_calls")):
+    tool_calls = _list(message.get("tool_calls"))
+    for tool_call in tool_calls[:MAX_TOOL_CALLS]:
+        if spending.spent:
+            break
         tool_map = _map(tool_call)
         function = _map(tool_map.get("function"))
         name = tool_map.get("name") or function.get("name") or "?"
         arguments = tool_map.get("arguments", function.get("arguments", ""))
-        calls.append((str(name), _cut(_text(arguments))[0]))
+        calls.append(
+            (spending.take(_cut(str(name))[0])[0], spending.take(_cut(_text(arguments))[0])[0])
+        )
     usage = {
-        str(key): value
-        for key, value in _map(_map(call).get("usage")).items()
+        str(key)[:40]: value
+        for key, value in list(_map(_map(call).get("usage")).items())[:20]
         if isinstance(value, int) and not isinstance(value, bool)
     }
     parent = node.get("parent")
     return Message(
         index=position,
         parent=parent if isinstance(parent, int) and not isinstance(parent, bool) else None,
-        role=str(message.get("role") or "?"),
+        role=str(message.get("role") or "?")[:40],
         content=content,
         reasoning=reasoning,
         tool_calls=tuple(calls),
-        tool_call_id=str(message.get("tool_call_id") or ""),
+        tool_call_id=str(message.get("tool_call_id") or "")[:200],
         sampled=node.get("sampled") is True,
         usage=usage,
-        finish_reason=str(_map(call).get("finish_reason") or ""),
-        cut=cut + more,
+        finish_reason=str(_map(call).get("finish_reason") or "")[:200],
+        cut=cut + over + more + further,
+        more_calls=len(tool_calls) - len(calls),
     )

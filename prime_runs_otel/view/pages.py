@@ -1,9 +1,11 @@
-"""Each page of the viewer as HTML, from the data ``run_data``,
-``episodes`` and ``compare`` read: runs, a run, its episodes, one episode,
-runs side by side, and the page that says what went wrong.
+"""Each page of the viewer, from the data ``run_data``, ``episodes`` and
+``compare`` read: runs, a run, its episodes, one episode, runs side by
+side, and the page that says what went wrong.
 
-Values go in through :func:`.html.text` (escaped) only; charts come from
-:mod:`.charts`. A page is a function of its data: no spool access here.
+Here each page's data becomes what its template (``templates/``) shows:
+addresses, labels and rows. The templates escape every value; charts come
+from :mod:`.charts` as markup built from escaped parts. A page is a
+function of its data: no spool access here.
 """
 
 from __future__ import annotations
@@ -16,25 +18,10 @@ from ..deliver.spool import EpisodeFactsRow, RunRow
 from . import charts
 from .compare import CompareData
 from .distributions import Bin, Distribution
-from .episodes import PAGE_SIZE, EpisodeDetail, EpisodeTable, Message, TraceView
-from .html import (
-    DASH,
-    NEXT,
-    PREVIOUS,
-    Html,
-    join,
-    link,
-    notice,
-    page,
-    pct,
-    qs,
-    seconds,
-    table,
-    text,
-    url,
-)
+from .episodes import PAGE_SIZE, EpisodeDetail, EpisodeTable, Message
+from .html import DASH, Markup, number, pct, qs, render, url
 from .run_data import RunData
-from .runs import STATES, STATUSES, run_about
+from .runs import STATES, STATUSES, episode_delivery, run_about
 
 __all__ = [
     "compare_page",
@@ -45,150 +32,168 @@ __all__ = [
     "runs_page",
 ]
 
+PREVIOUS = "\u2039 previous"
+NEXT = "next \u203a"
+
 
 def _run_label(run: RunRow) -> str:
     return run.name or run.local_id[:12]
 
 
-def _status(view: dict[str, Any]) -> Html:
-    return Html(
-        f'<span class="status status-{text(view["status"])}" data-field="status">'
-        f"{text(view['status'])}</span> "
-        f'<span class="state" data-field="state">{text(view["state"])}</span>'
-    )
+def _crumbs(run: RunRow, *more: tuple[str, str]) -> list[tuple[str, str]]:
+    return [(url("runs", run.local_id), _run_label(run)), *more]
+
+
+def platform_url(address: str | None) -> str | None:
+    """The run's address on the platform, when it is a web address."""
+    if address and address.startswith(("https://", "http://")):
+        return address
+    return None
 
 
 # -- runs --------------------------------------------------------------------------
 
+_RUN_FILTERS = ("status", "kind", "name", "since")
+
+
+#: The runs list's sorts: each a key of a run's view, and its first order.
+RUN_SORTS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "start": (lambda view: view["created_at"], "desc"),
+    "name": (lambda view: (view["name"] or view["id"]).lower(), "asc"),
+    "status": (lambda view: (view["status"], view["state"]), "asc"),
+    "reward": (lambda view: view["summary"].get("avg_reward"), "desc"),
+}
+
+
+def sort_runs(views: list[dict[str, Any]], sort: str, order: str) -> list[dict[str, Any]]:
+    """``views`` by one of :data:`RUN_SORTS`; runs without a value last."""
+    key, _ = RUN_SORTS[sort]
+    valued = [view for view in views if key(view) is not None]
+    without = [view for view in views if key(view) is None]
+    return sorted(valued, key=key, reverse=order == "desc") + without
+
 
 def runs_page(
-    views: Sequence[dict[str, Any]], filters: dict[str, str], *, reading: str | None
-) -> Html:
-    """Every run, newest first, filtered as ``runs`` filters; tick two or
-    more to compare them."""
-    options = "".join(
-        f'<option value="{text(value)}"{" selected" if filters.get("status") == value else ""}>'
-        f"{text(value)}</option>"
-        for value in ("", *STATUSES, *STATES)
+    views: Sequence[dict[str, Any]],
+    filters: dict[str, str],
+    *,
+    reading: str | None,
+    spool: str = "",
+    empty_store: bool = False,
+    sort: str = "start",
+    order: str = "desc",
+) -> str:
+    """Every run, newest first (or as sorted), filtered as ``runs`` filters;
+    tick two or more to compare them."""
+    shown = [
+        {
+            **view,
+            "label": view["name"] or view["id"][:12],
+            "url": platform_url(view["url"]),
+        }
+        for view in views
+    ]
+    kept = {key: filters.get(key) for key in _RUN_FILTERS}
+    sort_links, arrows = {}, {}
+    for key, (_, first) in RUN_SORTS.items():
+        again = "asc" if order == "desc" else "desc"
+        sort_links[key] = qs("/", {**kept, "sort": key, "order": again if key == sort else first})
+        if key == sort:
+            arrows[key] = " \u25bc" if order == "desc" else " \u25b2"
+    return render(
+        "runs.html",
+        title="runs",
+        crumbs=[],
+        live=qs("/api/runs", {key: filters.get(key) for key in _RUN_FILTERS}),
+        views=shown,
+        filters=filters,
+        filtered=any(filters.get(key) for key in _RUN_FILTERS),
+        empty_store=empty_store,
+        spool=spool,
+        reading=reading,
+        status_options=[("", "any status"), *((value, value) for value in (*STATUSES, *STATES))],
+        kind_options=[("", "any kind"), ("eval", "eval"), ("train", "train")],
+        sort=sort,
+        order=order,
+        columns=[
+            ("run", "name"),
+            ("kind", None),
+            ("status", "status"),
+            ("episodes", None),
+            ("pending", None),
+            ("not pushed", None),
+            ("reward", "reward"),
+            ("errors", None),
+            ("model", None),
+            ("started", "start"),
+            ("platform", None),
+        ],
+        sort_links=sort_links,
+        arrows=arrows,
     )
-    kinds = "".join(
-        f'<option value="{value}"{" selected" if filters.get("kind") == value else ""}>'
-        f"{value or 'any kind'}</option>"
-        for value in ("", "eval", "train")
-    )
-    form = (
-        '<form class="filters" method="get" action="/">'
-        f'<label>status <select name="status">{options}</select></label>'
-        f'<label>kind <select name="kind">{kinds}</select></label>'
-        f'<label>name <input name="name" value="{text(filters.get("name", ""))}"></label>'
-        f'<label>since <input name="since" placeholder="7d, 2026-01-31" '
-        f'value="{text(filters.get("since", ""))}"></label>'
-        '<button type="submit">filter</button></form>'
-    )
-    if not views:
-        body = form + notice(
-            "No runs here yet. Record one (`make demo`, or `prime-runs-otel demo`), "
-            "or widen the filters."
-            if filters
-            else "No runs in the local store yet: `prime-runs-otel demo` records one."
-        )
-        return page("runs", Html(body))
-    rows = []
-    for view in views:
-        summary = view["summary"]
-        reward = summary.get("avg_reward")
-        rows.append(
-            f'<tr data-run="{text(view["id"])}">'
-            f'<td><input type="checkbox" name="run" value="{text(view["id"])}" form="compare" '
-            f'aria-label="compare {text(view["id"])}"></td>'
-            f"<td>{link(url('runs', view['id']), view['id'][:12], css='mono')}</td>"
-            f"<td>{text(view['name'])}</td><td>{text(view['kind'])}</td>"
-            f"<td>{_status(view)}</td>"
-            f'<td class="num" data-field="episodes">{view["episodes"]}</td>'
-            f'<td class="num" data-field="pending">{view["pending"] or view["not_pushed"]}</td>'
-            f'<td class="num">{text(_number(reward))}</td>'
-            f'<td class="num">{pct(summary.get("avg_error"))}</td>'
-            f"<td>{text(view['model'])}</td><td>{text(view['created_at'][:16])}</td></tr>"
-        )
-    reading_note = (
-        notice(f"Reading the episodes of run {reading[:12]} stored by an earlier release.")
-        if reading
-        else ""
-    )
-    body = (
-        f"<h1>Runs</h1>{form}{reading_note}"
-        '<form id="compare" method="get" action="/compare"></form>'
-        '<table class="runs"><thead><tr><th></th><th>id</th><th>name</th><th>kind</th>'
-        "<th>status</th><th>episodes</th><th>pending</th><th>reward</th><th>errors</th>"
-        f"<th>model</th><th>created</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        '<p><button type="submit" form="compare">compare the ticked runs</button></p>'
-    )
-    return page("runs", Html(body), live="/api/runs")
-
-
-def _number(value: Any) -> str | None:
-    return None if not isinstance(value, (int, float)) else f"{value:.4f}"
 
 
 # -- a run -------------------------------------------------------------------------
 
 
-def run_page(data: RunData, *, live_part: bool = False) -> Html:
+def run_page(data: RunData, *, live_part: bool = False) -> str:
     """A run: what it is, where it is, its distributions, errors and
     series. With ``live_part`` only the part a live page swaps in."""
     run, view = data.run, data.view
     runs_url = url("runs", run.local_id)
     episodes_url = f"{runs_url}/episodes"
-    parts: list[str] = []
-    if data.unread:
-        parts.append(
-            notice(
-                f"{data.unread} episode(s) were stored by an earlier release and are being read "
-                "into these views; the page fills in as they are."
-            )
-        )
-    if data.bodiless:
-        parts.append(
-            notice(
-                f"{data.bodiless} episode(s) were delivered and their bodies dropped before this "
-                "release kept them: they are counted, but not in the distributions below."
-            )
-        )
-    parts.append(_summary(data))
-    parts.append(_distributions(data.distributions, episodes_url))
-    parts.append(_errors(data, episodes_url))
-    parts.append(_series(data))
-    live = join(parts)
+    context = {
+        "unread": data.unread,
+        "bodiless": data.bodiless,
+        "training": run.kind == "train",
+        "facts": _facts(view),
+        "metrics": sorted((view["summary"].get("avg_metrics") or {}).items()),
+        "config": _config(run),
+        "distributions": _distributions(data, episodes_url),
+        "errors": [
+            {
+                "error_type": group.error_type,
+                "count": group.count,
+                "example_id": group.example_id,
+                "example_message": group.example_message,
+                "href": qs(episodes_url, {"error": group.error_type}),
+                "example_href": url("runs", run.local_id, "episodes", group.example_id),
+            }
+            for group in data.errors
+        ],
+        "charts_url": f"{url('api', 'runs', run.local_id)}/charts" if _has_curves(data) else "",
+        "series_title": "Over steps" if run.kind == "train" else "Over the run",
+        "axis": "step" if run.kind == "train" else "episode",
+    }
     if live_part:
-        return live
-    head = (
-        f"<h1>{text(_run_label(run))}</h1>"
-        f'<p class="about">{text(run_about(run))} · {_status(view)} · '
-        f'<span data-field="episodes">{view["episodes"]}</span> episodes · '
-        f"{link(episodes_url, 'browse the episodes')}</p>"
-    )
-    body = Html(head + f'<div id="live-part">{live}</div>')
+        return render("run_live.html", **context)
     recording = view["state"] == "recording"
-    return page(
-        _run_label(run),
-        body,
-        crumbs=[(runs_url, run.local_id[:12])],
-        live=f"/api/runs/{run.local_id}/status" if recording else "",
+    return render(
+        "run.html",
+        charts=bool(context["charts_url"]),
+        title=_run_label(run),
+        crumbs=_crumbs(run),
+        live=f"{url('api', 'runs', run.local_id)}/status" if recording else "",
+        label=_run_label(run),
+        about=run_about(run),
+        view=view,
+        episodes_url=episodes_url,
+        platform_url=platform_url(view["url"]),
+        **context,
     )
 
 
-def _summary(data: RunData) -> Html:
-    view = data.view
+def _facts(view: dict[str, Any]) -> list[tuple[str, object]]:
     summary = view["summary"]
-    facts = [
+    facts: list[tuple[str, object]] = [
         ("run id", view["id"]),
         ("status", f"{view['status']}, {view['state']}"),
         ("episodes", view["episodes"]),
         ("pending", view["pending"]),
         ("not pushed", view["not_pushed"]),
-        ("failed / uncertain", f"{view['failed']} / {view['uncertain']}"),
+        ("delivery failed / uncertain", f"{view['failed']} / {view['uncertain']}"),
         ("corrupt / duplicates", f"{view['corrupt']} / {view['duplicates']}"),
-        ("mean reward", _number(summary.get("avg_reward"))),
+        ("mean reward", number(summary.get("avg_reward"))),
         ("error rate", pct(summary.get("avg_error"))),
         ("created", view["created_at"]),
         ("ended", view["ended_at"]),
@@ -200,20 +205,24 @@ def _summary(data: RunData) -> Html:
         facts.append(("delivery error", view["last_error"]))
     if view["next_step"]:
         facts.append(("next", view["next_step"]))
-    rows = "".join(f"<tr><th>{text(name)}</th><td>{text(value)}</td></tr>" for name, value in facts)
-    metrics = summary.get("avg_metrics") or {}
-    metric_rows = "".join(
-        f"<tr><th>{text(name)}</th><td class='num'>{text(_number(value))}</td></tr>"
-        for name, value in sorted(metrics.items())
-    )
-    metric_table = (
-        f'<table class="facts"><caption>mean metrics</caption>{metric_rows}</table>'
-        if metric_rows
-        else ""
-    )
-    return Html(
-        f'<section class="summary"><table class="facts">{rows}</table>{metric_table}</section>'
-    )
+    return facts
+
+
+#: The config shown on a run page, at most (the rest is cut, and said so).
+MAX_CONFIG_CHARS = 20_000
+
+
+def _config(run: RunRow) -> str:
+    if not run.config:
+        return ""
+    shown = json.dumps(run.config, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    if len(shown) > MAX_CONFIG_CHARS:
+        return shown[:MAX_CONFIG_CHARS] + f"\n… {len(shown) - MAX_CONFIG_CHARS} more characters"
+    return shown
+
+
+def _has_curves(data: RunData) -> bool:
+    return bool(data.run.episodes) or data.run.kind == "train"
 
 
 _DISTRIBUTIONS = (
@@ -224,10 +233,10 @@ _DISTRIBUTIONS = (
 )
 
 
-def _distributions(shapes: dict[str, Distribution | None], episodes_url: str) -> Html:
-    cells = []
+def _distributions(data: RunData, episodes_url: str) -> list[dict[str, Any]]:
+    figures = []
     for name, label, unit, column in _DISTRIBUTIONS:
-        shape = shapes.get(name)
+        shape = data.distributions.get(name)
         if shape is None:
             continue
 
@@ -240,162 +249,115 @@ def _distributions(shapes: dict[str, Distribution | None], episodes_url: str) ->
         chart = charts.bars(
             shape, label=label, link=bar_link if column else None, unit=unit.strip()
         )
-        figures = (
-            f"{shape.count} · mean {charts.number(shape.mean)}{unit} · "
-            f"p50 {charts.number(shape.p50)}{unit} · p90 {charts.number(shape.p90)}{unit} · "
-            f"p99 {charts.number(shape.p99)}{unit}"
+        figures.append(
+            {
+                "name": name,
+                "label": label,
+                "chart": Markup(chart),
+                "figures": _figures(shape, unit),
+            }
         )
-        cells.append(
-            f'<figure data-chart="{text(name)}"><figcaption>{text(label)}</figcaption>{chart}'
-            f'<p class="figures">{text(figures)}</p></figure>'
-        )
-    if not cells:
-        return notice("No episode with a reward, tokens or times yet.")
-    return Html(f'<section class="charts"><h2>Distributions</h2>{"".join(cells)}</section>')
+    return figures
+
+
+def _figures(shape: Distribution, unit: str) -> str:
+    return (
+        f"{shape.count} · mean {charts.number(shape.mean)}{unit} · "
+        f"p50 {charts.number(shape.p50)}{unit} · p90 {charts.number(shape.p90)}{unit} · "
+        f"p99 {charts.number(shape.p99)}{unit}"
+    )
 
 
 def _bound(value: float) -> str:
     return f"{value:.6g}"
 
 
-def _errors(data: RunData, episodes_url: str) -> Html:
-    if not data.errors:
-        return Html("")
-    rows = []
-    for group in data.errors:
-        example = url("runs", data.run.local_id, "episodes", group.example_id)
-        rows.append(
-            "<tr>"
-            f"<td>{link(qs(episodes_url, {'error': group.error_type}), group.error_type)}</td>"
-            f'<td class="num">{group.count}</td>'
-            f"<td>{link(example, group.example_id[:16], css='mono')}</td>"
-            f'<td class="message">{text(group.example_message)}</td></tr>'
-        )
-    return Html(
-        '<section class="errors"><h2>Errors by type</h2><table><thead><tr><th>type</th>'
-        "<th>episodes</th><th>example</th><th>its message</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></section>"
-    )
-
-
-def _series(data: RunData) -> Html:
-    cells = []
-    series = data.series
-    if series is not None and series.x:
-        x_label = "step" if series.axis == "step" else "episodes (arrival order)"
-        over = "over steps" if series.axis == "step" else "over the run"
-        cells.append(_line_figure(f"reward {over}", series.x, [("reward", series.reward)], x_label))
-        cells.append(
-            _line_figure(
-                f"error rate {over}", series.x, [("error rate", series.error_rate)], x_label
-            )
-        )
-        for name, values in series.metrics.items():
-            cells.append(_line_figure(f"{name} {over}", series.x, [(name, values)], x_label))
-    for name, points in data.step_metrics.items():
-        steps = [step for step, _ in points]
-        row_values: list[float | None] = [value for _, value in points]
-        cells.append(_line_figure(f"{name} (metrics row)", steps, [(name, row_values)], "step"))
-    if not cells:
-        return Html("")
-    title = "Over steps" if data.run.kind == "train" else "Over the run"
-    return Html(f'<section class="charts"><h2>{title}</h2>{"".join(cells)}</section>')
-
-
-def _line_figure(
-    label: str,
-    x: Sequence[float],
-    series: Sequence[tuple[str, Sequence[float | None]]],
-    x_label: str,
-) -> str:
-    chart = charts.lines(x, series, label=label, x_label=x_label)
-    return (
-        f'<figure data-chart="{text(label)}"><figcaption>{text(label)}</figcaption>{chart}</figure>'
-    )
-
-
 # -- episodes ------------------------------------------------------------------------
 
 
-_SORTABLE = (("reward", "reward"), ("tokens", "tokens"), ("duration", "duration"))
-
-
-def episodes_page(run: RunRow, table_data: EpisodeTable, params: dict[str, str]) -> Html:
+def episodes_page(
+    run: RunRow, table_data: EpisodeTable, params: dict[str, str], *, clamped: str = ""
+) -> str:
     runs_url = url("runs", run.local_id)
     episodes_url = f"{runs_url}/episodes"
     query = table_data.query
     where = query.where
-    error_options = "".join(
-        f'<option value="{text(value)}"{" selected" if where.error == value else ""}>'
-        f"{text(label)}</option>"
-        for value, label in (
+    fields = [
+        ("step", where.step, ""),
+        ("min_reward", where.min_reward, ""),
+        ("max_reward", where.max_reward, ""),
+        ("min_tokens", where.min_tokens, ""),
+        ("max_tokens", where.max_tokens, ""),
+        ("min_duration", where.min_duration, "s"),
+        ("max_duration", where.max_duration, "s"),
+        ("example", where.example, ""),
+    ]
+    kept = {name: value for name, value in params.items() if name not in ("sort", "order", "page")}
+    sort_links, arrows = {}, {}
+    for key in ("arrival", "reward", "tokens", "duration"):
+        descending = not (query.sort == key and query.descending)
+        sort_links[key] = qs(
+            episodes_url, {**kept, "sort": key, "order": "desc" if descending else "asc"}
+        )
+        if query.sort == key:
+            arrows[key] = " \u25bc" if query.descending else " \u25b2"
+    offset = (query.page - 1) * PAGE_SIZE
+    rows = [_episode_row(run, row, table_data.positions) for row in table_data.rows]
+    pager = []
+    if query.page > 1:
+        pager.append((qs(episodes_url, {**params, "page": query.page - 1}), PREVIOUS))
+    if query.page < table_data.pages:
+        pager.append((qs(episodes_url, {**params, "page": query.page + 1}), NEXT))
+    return render(
+        "episodes.html",
+        title=f"episodes of {_run_label(run)}",
+        crumbs=_crumbs(run, (episodes_url, "episodes")),
+        live="",
+        label=_run_label(run),
+        episodes_url=episodes_url,
+        fields=[
+            {
+                "name": name,
+                "label": name.replace("_", " "),
+                "value": "" if value is None else value,
+                "hint": hint,
+            }
+            for name, value, hint in fields
+        ],
+        error=where.error or "",
+        error_options=[
             ("", "any"),
             ("none", "ok only"),
             ("any", "failed only"),
             *((kind, kind) for kind in table_data.error_types),
-        )
-    )
-
-    def field(name: str, value: object, hint: str = "") -> str:
-        shown = "" if value is None else value
-        return (
-            f'<label>{text(name.replace("_", " "))} <input name="{name}" size="7" '
-            f'placeholder="{text(hint)}" value="{text(shown)}"></label>'
-        )
-
-    form = (
-        f'<form class="filters" method="get" action="{text(episodes_url)}">'
-        + field("min_reward", where.min_reward)
-        + field("max_reward", where.max_reward)
-        + f'<label>error <select name="error">{error_options}</select></label>'
-        + field("min_tokens", where.min_tokens)
-        + field("max_tokens", where.max_tokens)
-        + field("min_duration", where.min_duration, "s")
-        + field("max_duration", where.max_duration, "s")
-        + field("example", where.example)
-        + f'<input type="hidden" name="sort" value="{text(query.sort)}">'
-        + f'<input type="hidden" name="order" value="{"desc" if query.descending else "asc"}">'
-        + '<button type="submit">filter</button> '
-        + link(episodes_url, "clear")
-        + "</form>"
-    )
-    kept = {name: value for name, value in params.items() if name not in ("sort", "order", "page")}
-
-    def header(label: str, key: str) -> str:
-        descending = not (query.sort == key and query.descending)
-        arrow = ""
-        if query.sort == key:
-            arrow = " \u25bc" if query.descending else " \u25b2"
-        href = qs(episodes_url, {**kept, "sort": key, "order": "desc" if descending else "asc"})
-        return f"<th>{link(href, label + arrow)}</th>"
-
-    heads = (
-        f"{header('#', 'arrival')}<th>episode</th><th>example</th>"
-        f"<th>step</th><th>ok</th>{header('reward', 'reward')}<th>error</th>"
-        f"{header('tokens', 'tokens')}{header('duration', 'duration')}<th>turns</th><th>state</th>"
-    )
-    rows = [_episode_row(run, row) for row in table_data.rows]
-    offset = (query.page - 1) * PAGE_SIZE
-    shown = f"{offset + 1}-{offset + len(rows)}" if rows else "none"
-    pager = []
-    if query.page > 1:
-        pager.append(link(qs(episodes_url, {**params, "page": query.page - 1}), PREVIOUS))
-    if query.page < table_data.pages:
-        pager.append(link(qs(episodes_url, {**params, "page": query.page + 1}), NEXT))
-    # Sorted by a value, the episodes without one are not in the order.
-    with_value = "" if query.sort == "arrival" else f" with a {query.sort}"
-    body = (
-        f"<h1>Episodes of {text(_run_label(run))}</h1>{form}"
-        f'<p class="count">{table_data.total} episode(s) match{with_value} · showing {shown} · '
-        f"page {query.page} of {table_data.pages} {' '.join(pager)}</p>"
-        f'<table class="episodes"><thead><tr>{heads}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
-        f'<p class="pager">{" ".join(pager)}</p>'
-    )
-    return page(
-        f"episodes of {_run_label(run)}",
-        Html(body),
-        crumbs=[(runs_url, run.local_id[:12]), (episodes_url, "episodes")],
+        ],
+        sort=query.sort,
+        order="desc" if query.descending else "asc",
+        clamped=clamped,
+        total=table_data.total,
+        # Sorted by a value, the episodes without one are not in the order.
+        with_value="" if query.sort == "arrival" else f" with a {query.sort}",
+        shown=f"{offset + 1}-{offset + len(rows)}" if rows else "none",
+        page=query.page,
+        pages=table_data.pages,
+        pager=pager,
+        jump=[(name, value) for name, value in params.items() if name != "page" and value],
+        rows=rows,
+        headers=[
+            ("#", "arrival"),
+            ("episode", None),
+            ("example", None),
+            ("step", None),
+            ("ok", None),
+            ("reward", "reward"),
+            ("error", None),
+            ("tokens", "tokens"),
+            ("duration", "duration"),
+            ("turns", None),
+            ("delivery", None),
+        ],
+        sort_links=sort_links,
+        arrows=arrows,
     )
 
 
@@ -410,108 +372,103 @@ def _example(key: str | None) -> str | None:
     return value if isinstance(value, str) else key
 
 
-def _episode_row(run: RunRow, row: EpisodeFactsRow) -> str:
-    href = url("runs", run.local_id, "episodes", row.episode_id)
+def _episode_row(run: RunRow, row: EpisodeFactsRow, positions: dict[int, int]) -> dict[str, Any]:
     ok = {1: "ok", 0: "failed", -1: "?"}.get(row.ok if row.ok is not None else -2, "…")
-    example = _example(row.example)
-    example_link = (
-        link(qs(url("runs", run.local_id, "episodes"), {"example": row.example}), example)
-        if row.example is not None
-        else text(None)
-    )
-    return (
-        f"<tr><td class='num'>{row.seq}</td>"
-        f"<td>{link(href, row.episode_id[:24], css='mono')}</td><td>{example_link}</td>"
-        f"<td class='num'>{text(row.step)}</td><td>{ok}</td>"
-        f"<td class='num'>{text(_number(row.reward))}</td><td>{text(row.error_type)}</td>"
-        f"<td class='num'>{text(row.tokens)}</td><td class='num'>{seconds(row.duration)}</td>"
-        f"<td class='num'>{text(row.turns)}</td><td>{text(row.state)}</td></tr>"
-    )
+    return {
+        "number": positions.get(row.seq),
+        "episode_id": row.episode_id,
+        "href": url("runs", run.local_id, "episodes", row.episode_id),
+        "example": _example(row.example),
+        "example_href": (
+            qs(url("runs", run.local_id, "episodes"), {"example": row.example})
+            if row.example is not None
+            else None
+        ),
+        "step": row.step,
+        "ok": ok,
+        "reward": row.reward,
+        "error_type": row.error_type,
+        "tokens": row.tokens,
+        "duration": row.duration,
+        "turns": row.turns,
+        "state": episode_delivery(run, row.state),
+    }
 
 
 # -- one episode ---------------------------------------------------------------------
 
 
-def episode_page(run: RunRow, detail: EpisodeDetail) -> Html:
+def episode_page(run: RunRow, detail: EpisodeDetail, *, more: bool = False) -> str:
     runs_url = url("runs", run.local_id)
     row = detail.row
     here = url("runs", run.local_id, "episodes", row.episode_id)
-    facts = [
+    outcome = DASH if row.ok is None else {1: "ok", 0: "failed"}.get(row.ok, DASH)
+    facts: list[tuple[str, object]] = [
         ("episode", row.episode_id),
         ("example", _example(row.example)),
         ("step", row.step),
-        ("outcome", {1: "ok", 0: "failed"}.get(row.ok or 0, DASH) if row.ok is not None else DASH),
-        ("reward", _number(row.reward)),
+        ("outcome", outcome),
+        ("reward", number(row.reward)),
         ("error", row.error_type),
-        ("tokens (in / out)", f"{text(row.input_tokens)} / {text(row.output_tokens)}"),
-        ("duration", seconds(row.duration)),
+        ("tokens (in / out)", f"{_dash(row.input_tokens)} / {_dash(row.output_tokens)}"),
+        ("duration", _seconds(row.duration)),
         ("model calls", row.turns),
-        ("delivery", row.state),
+        ("delivery", episode_delivery(run, row.state)),
         ("record", f"{detail.size} bytes" if detail.size else None),
     ]
-    rows = "".join(f"<tr><th>{text(name)}</th><td>{text(value)}</td></tr>" for name, value in facts)
     steps = []
     if detail.previous:
-        steps.append(link(url("runs", run.local_id, "episodes", detail.previous), PREVIOUS))
+        steps.append((url("runs", run.local_id, "episodes", detail.previous), PREVIOUS))
     if detail.following:
-        steps.append(link(url("runs", run.local_id, "episodes", detail.following), NEXT))
-    parts = [
-        f"<h1>Episode {text(row.episode_id[:24])}</h1>",
-        f'<p class="pager">{" ".join(steps)}</p>',
-        f'<table class="facts">{rows}</table>',
-    ]
-    if detail.task:
-        parts.append(f'<h2>Task</h2><pre class="task">{text(detail.task)}</pre>')
-    if detail.problem:
-        parts.append(notice(f"This episode cannot be shown whole: {detail.problem}", css="problem"))
-    for trace in detail.traces:
-        parts.append(_trace(trace))
-    return page(
-        f"episode {row.episode_id[:16]}",
-        Html("".join(parts)),
-        crumbs=[
-            (runs_url, run.local_id[:12]),
-            (f"{runs_url}/episodes", "episodes"),
-            (here, row.episode_id[:12]),
-        ],
+        steps.append((url("runs", run.local_id, "episodes", detail.following), NEXT))
+    return render(
+        "episode.html",
+        title=f"episode {row.episode_id[:16]}",
+        crumbs=_crumbs(run, (f"{runs_url}/episodes", "episodes"), (here, row.episode_id[:12])),
+        live="",
+        episode_id=row.episode_id,
+        steps=steps,
+        facts=facts,
+        record_href=f"{here}/record" if detail.size else "",
+        task=detail.task,
+        problem=detail.problem,
+        traces=[_trace(trace) for trace in detail.traces],
+        more_traces=detail.more_traces,
+        over_budget=detail.over_budget,
+        budget_kib=detail.budget // 1024,
+        more_href="" if more else qs(here, {"more": "1"}),
+        export=f"prime-runs-otel export {run.local_id[:12]} --what episodes",
     )
 
 
-def _trace(trace: TraceView) -> str:
-    badge = "trainable" if trace.trainable else "not trainable"
-    head = (
-        f'<section class="trace"><h2>{text(trace.name)} <small>{text(trace.model)} · '
-        f"{badge} · {'ok' if trace.ok else 'failed'} · reward {text(_number(trace.reward))}"
-        "</small></h2>"
-    )
-    scores = (
-        table(("reward", "score (weight)"), sorted(trace.rewards.items()), css="facts")
-        if trace.rewards
-        else ""
-    )
-    metrics = (
-        table(("metric", "value"), sorted(trace.metrics.items()), css="facts")
-        if (trace.metrics)
-        else ""
-    )
-    tools = notice("tools offered: " + ", ".join(trace.tools)) if trace.tools else ""
-    errors = "".join(notice(f"error: {error}", css="problem") for error in trace.errors)
-    failed = "".join(
-        notice(f"failed model call: {error}", css="problem") for error in trace.failed_calls
-    )
-    messages = "".join(_message(message) for message in trace.messages)
-    more = (
-        notice(f"{trace.more_messages} more message(s) not shown: export the episode to read them.")
-        if trace.more_messages
-        else ""
-    )
-    return (
-        f'{head}<div class="scores">{scores}{metrics}</div>{tools}{errors}'
-        f'<div class="conversation">{messages}</div>{more}{failed}</section>'
-    )
+def _dash(value: object) -> object:
+    return DASH if value is None else value
 
 
-def _message(message: Message) -> str:
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return f"{value:.2f} s" if value < 100 else f"{value:.0f} s"
+
+
+def _trace(trace: Any) -> dict[str, Any]:
+    return {
+        "name": trace.name,
+        "model": trace.model,
+        "trainable": trace.trainable,
+        "ok": trace.ok,
+        "reward": trace.reward,
+        "rewards": trace.rewards,
+        "metrics": trace.metrics,
+        "tools": trace.tools,
+        "errors": trace.errors,
+        "failed_calls": trace.failed_calls,
+        "messages": [_message(message) for message in trace.messages],
+        "more_messages": trace.more_messages,
+    }
+
+
+def _message(message: Message) -> dict[str, Any]:
     role = message.role if message.role in ("system", "user", "assistant", "tool") else "other"
     meta = [f"#{message.index}", message.role]
     if message.parent is not None and message.parent != message.index - 1:
@@ -524,124 +481,138 @@ def _message(message: Message) -> str:
         )
     if message.finish_reason:
         meta.append(f"finish: {message.finish_reason}")
-    parts = [f'<div class="message role-{role}"><div class="meta">{text(" · ".join(meta))}</div>']
-    if message.reasoning:
-        parts.append(
-            f"<details class='reasoning'><summary>reasoning</summary>"
-            f"<pre>{text(message.reasoning)}</pre></details>"
-        )
-    if message.content:
-        parts.append(f"<pre>{text(message.content)}</pre>")
-    for name, arguments in message.tool_calls:
-        parts.append(f'<pre class="tool-call">&rarr; {text(name)}({text(arguments)})</pre>')
-    if message.cut:
-        parts.append(notice(f"{message.cut} more character(s) not shown."))
-    parts.append("</div>")
-    return "".join(parts)
+    return {
+        "css": role,
+        "meta": " · ".join(meta),
+        "reasoning": message.reasoning,
+        "content": message.content,
+        "tool_calls": message.tool_calls,
+        "more_calls": message.more_calls,
+        "cut": message.cut,
+    }
 
 
 # -- compare -------------------------------------------------------------------------
 
 
-def compare_page(data: CompareData) -> Html:
+def compare_page(data: CompareData) -> str:
     names = [_run_label(run) for run in data.runs]
-    headers = ["", *(link(url("runs", run.local_id), _run_label(run)) for run in data.runs)]
-    lines: list[tuple[str, list[object]]] = [
-        ("kind", [view["kind"] for view in data.views]),
-        ("model", [view["model"] for view in data.views]),
-        ("status", [f"{view['status']}, {view['state']}" for view in data.views]),
-        ("episodes", [view["episodes"] for view in data.views]),
-        ("mean reward", [_number(view["summary"].get("avg_reward")) for view in data.views]),
-        ("error rate", [pct(view["summary"].get("avg_error")) for view in data.views]),
-    ]
-    for name in data.metric_names:
-        lines.append(
-            (
-                name,
-                [
-                    _number((view["summary"].get("avg_metrics") or {}).get(name))
-                    for view in data.views
-                ],
-            )
-        )
-    summary = table(headers, [(label, *values) for label, values in lines], css="compare")
-    legend = "".join(
-        f'<span class="swatch swatch-{index % len(charts.PALETTE)}">{text(name)}</span>'
-        for index, name in enumerate(names)
-    )
-    rewards = charts.grouped_bars(data.rewards, label="reward per episode", names=names)
-    parts = [
-        "<h1>Compare runs</h1>",
-        summary,
-        f'<section><h2>Reward distributions</h2><p class="legend">{legend}</p>'
-        f'<figure data-chart="rewards">{rewards}</figure></section>',
-    ]
     first = data.runs[0]
+    rewards = charts.grouped_bars(data.rewards, label="reward per episode", names=names)
+    examples = []
     for comparison in data.examples:
         other = comparison.other
-        parts.append(
-            f"<section><h2>Per example: {text(_run_label(first))} and "
-            f"{text(_run_label(other))}</h2>"
-            + (
-                f"<p class='note'>Compared on one in {comparison.every} of the examples (a "
-                "sample spread over the run): these runs have too many to join at once.</p>"
-                if comparison.every > 1
-                else ""
+        chart = (
+            charts.scatter(
+                comparison.sample,
+                label="mean reward per example",
+                x_label=_run_label(first),
+                y_label=_run_label(other),
+                link=lambda key: qs(url("runs", first.local_id, "episodes"), {"example": key}),
             )
-            + f"<p>{comparison.shared} example(s) rewarded in both · "
-            f"{text(_run_label(other))} higher on {comparison.higher}, lower on "
-            f"{comparison.lower}</p>"
+            if comparison.sample
+            else ""
         )
-        if comparison.sample:
-            parts.append(
-                '<figure data-chart="examples">'
-                + charts.scatter(
-                    comparison.sample,
-                    label="mean reward per example",
-                    x_label=_run_label(first),
-                    y_label=_run_label(other),
-                    link=_example_link(first),
-                )
-                + "</figure>"
-            )
-        if comparison.top:
-            rows = [
-                (
-                    link(
-                        qs(url("runs", first.local_id, "episodes"), {"example": key}),
-                        _example(key),
-                    ),
-                    _number(a),
-                    _number(b),
-                    _number(b - a),
-                    link(qs(url("runs", other.local_id, "episodes"), {"example": key}), "episodes"),
-                )
-                for key, a, b in comparison.top
-            ]
-            parts.append(
-                table(
-                    ("example", _run_label(first), _run_label(other), "difference", ""),
-                    rows,
-                    css="compare",
-                )
-            )
-        parts.append("</section>")
-    return page("compare", Html("".join(parts)), crumbs=[("/compare", "compare")])
+        examples.append(
+            {
+                "label": _run_label(other),
+                "every": comparison.every,
+                "shared": comparison.shared,
+                "higher": comparison.higher,
+                "lower": comparison.lower,
+                "chart": Markup(chart),
+                "top": [
+                    {
+                        "example": _example(key),
+                        "href": qs(url("runs", first.local_id, "episodes"), {"example": key}),
+                        "other_href": qs(url("runs", other.local_id, "episodes"), {"example": key}),
+                        "first": a,
+                        "other": b,
+                        "delta": b - a,
+                    }
+                    for key, a, b in comparison.top
+                ],
+            }
+        )
+    return render(
+        "compare.html",
+        title="compare",
+        crumbs=[("/compare", "compare")],
+        live="",
+        first_label=names[0],
+        columns=_compare_columns(data),
+        lines=_compare_lines(data),
+        names=names,
+        palette=len(charts.PALETTE),
+        rewards=Markup(rewards),
+        examples=examples,
+    )
 
 
-def _example_link(run: RunRow) -> Callable[[str], str]:
-    def address(key: str) -> str:
-        return qs(url("runs", run.local_id, "episodes"), {"example": key})
+def _compare_columns(data: CompareData) -> list[dict[str, Any]]:
+    """Each run's column in the order given, and after each but the first,
+    its difference from the first."""
+    columns = []
+    for index, run in enumerate(data.runs):
+        column = {"label": _run_label(run), "id": run.local_id, "href": url("runs", run.local_id)}
+        columns.append({**column, "delta": False})
+        if index:
+            columns.append({**column, "delta": True})
+    return columns
 
-    return address
+
+def _compare_lines(data: CompareData) -> list[tuple[str, list[object]]]:
+    views = data.views
+
+    def text(values: list[object]) -> list[object]:
+        return [values[0], *(cell for value in values[1:] for cell in (value, ""))]
+
+    def numbers(values: list[float | None], shown: Callable[[float | None], str]) -> list[object]:
+        first = values[0]
+        cells: list[object] = [shown(first)]
+        for value in values[1:]:
+            delta = None if value is None or first is None else value - first
+            cells += [shown(value), _signed(delta, shown)]
+        return cells
+
+    summaries = [view["summary"] for view in views]
+    lines: list[tuple[str, list[object]]] = [
+        ("kind", text([view["kind"] for view in views])),
+        ("model", text([view["model"] for view in views])),
+        ("status", text([f"{view['status']}, {view['state']}" for view in views])),
+        ("episodes", numbers([view["episodes"] for view in views], _count)),
+        ("mean reward", numbers([summary.get("avg_reward") for summary in summaries], number)),
+        ("error rate", numbers([summary.get("avg_error") for summary in summaries], pct)),
+    ]
+    for name in data.metric_names:
+        values = [(summary.get("avg_metrics") or {}).get(name) for summary in summaries]
+        lines.append((name, numbers(values, number)))
+    return lines
+
+
+def _count(value: float | None) -> str:
+    return DASH if value is None else f"{value:,.0f}"
+
+
+def _signed(delta: float | None, shown: Callable[[float | None], str]) -> str:
+    if delta is None:
+        return DASH
+    written = shown(abs(delta))
+    return f"+{written}" if delta > 0 else f"\u2212{written}" if delta < 0 else f"\u00b1{written}"
 
 
 # -- when something is wrong ---------------------------------------------------------
 
 
-def problem_page(title: str, message: str, *, hint: str = "") -> Html:
-    body = f"<h1>{text(title)}</h1>" + notice(message, css="problem")
-    if hint:
-        body += notice(hint)
-    body += f"<p>{link('/', 'back to the runs')}</p>"
-    return page(title, Html(body))
+def problem_page(
+    title: str, message: str, *, hint: str = "", links: Sequence[tuple[str, str]] = ()
+) -> str:
+    return render(
+        "problem.html",
+        title=title,
+        crumbs=[],
+        live="",
+        message=message,
+        hint=hint,
+        links=list(links),
+    )

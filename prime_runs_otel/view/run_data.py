@@ -45,15 +45,19 @@ def run_distributions(spool: Spool, run_id: str) -> dict[str, Distribution | Non
     return {name: distribution(spool.histogram(run_id, name)) for name in HISTOGRAMS}
 
 
-def run_data(spool: Spool, run: RunRow) -> RunData:
+def run_data(spool: Spool, run: RunRow, *, with_series: bool = True) -> RunData:
+    """``with_series``: also the series over the run (the run page reads
+    them from its charts' own address instead)."""
     unread, bodiless = spool.facts_missing(run.local_id)
     return RunData(
         run=run,
         view=run_view(spool, run),
         distributions=run_distributions(spool, run.local_id),
         errors=spool.error_groups(run.local_id),
-        series=run_series(spool, run),
-        step_metrics=step_metrics(spool, run.local_id) if run.kind == "train" else {},
+        series=run_series(spool, run) if with_series else None,
+        step_metrics=step_metrics(spool, run.local_id)
+        if with_series and run.kind == "train"
+        else {},
         unread=unread,
         bodiless=bodiless,
     )

@@ -28,6 +28,14 @@ STATES = ("recording", "stored", "delivering", "paused", "delivered", "stopped")
 STATUSES = ("running", "completed", "failed", "cancelled", "crashed")
 
 
+def episode_delivery(run: RunRow, state: str) -> str:
+    """An episode's delivery state in the words ``runs`` and ``show`` use:
+    ``not pushed`` for a local run's episode, as the run's count says."""
+    if run.mode == "local" and state == "pending":
+        return "not pushed"
+    return state
+
+
 def run_state(run: RunRow, pending: int, delivering: bool = True) -> str:
     """Where the run is in its life; ``pending``: its episodes still on their
     way; ``delivering``: a process delivers from the spool now. A closed run

@@ -330,6 +330,8 @@ class EpisodeFilter:
     max_duration: float | None = None
     #: An example key as stored (the JSON of its ``task.data.idx``).
     example: str | None = None
+    #: A training step.
+    step: int | None = None
 
     def where(self, *, having: str = "seq") -> tuple[str, list[Any]]:
         """SQL conditions on ``e`` (``episodes``), and their parameters;
@@ -357,6 +359,9 @@ class EpisodeFilter:
         if self.example is not None:
             clauses.append("e.example = ?")
             params.append(self.example)
+        if self.step is not None:
+            clauses.append("e.step = ?")
+            params.append(self.step)
         return "".join(f" AND {clause}" for clause in clauses), params
 
 
@@ -491,6 +496,37 @@ class SpoolViews(SpoolCore):
             return None
         *row, body = rows[0]
         return _fact_row(tuple(row)), body
+
+    def episode_positions(
+        self, run_id: str, seqs: list[int], *, rows: int | None = None
+    ) -> dict[int, int]:
+        """Each of ``seqs``' place in its run's arrival order (from 1).
+
+        ``rows``, the run's count of episodes: when its first and last
+        episodes are that many apart, nothing else was stored between them,
+        and a place is the distance from the first. Otherwise the run's rows
+        are counted from one to the next along its own index, a walk up to
+        the furthest of them, once."""
+        if rows:
+            # Two queries: SQLite finds one MIN or one MAX through the index,
+            # but scans the run for both at once.
+            (first,) = self._query("SELECT MIN(seq) FROM episodes WHERE run_id = ?", (run_id,))[0]
+            (last,) = self._query("SELECT MAX(seq) FROM episodes WHERE run_id = ?", (run_id,))[0]
+            if first is not None and last - first + 1 == rows:
+                return {seq: seq - first + 1 for seq in seqs}
+        positions: dict[int, int] = {}
+        below, reached = 0, -1
+        for seq in sorted(set(seqs)):
+            below += int(
+                self._query(
+                    "SELECT COUNT(*) FROM episodes INDEXED BY episodes_by_run "
+                    "WHERE run_id = ? AND seq > ? AND seq <= ?",
+                    (run_id, reached, seq),
+                )[0][0]
+            )
+            positions[seq] = below
+            reached = seq
+        return positions
 
     def episode_neighbours(self, run_id: str, seq: int) -> tuple[str | None, str | None]:
         """The ids of the episodes stored just before and just after ``seq``."""

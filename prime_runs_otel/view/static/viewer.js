@@ -1,13 +1,15 @@
-// prime-runs-otel viewer: the one script. Pages work without it; with it, a
-// page of a run still recording (and the runs list) follows the run live,
-// polling a small JSON status and swapping in the server's own HTML.
+// prime-runs-otel viewer: the one script of the pages. Pages work without it;
+// with it, a page of a run still recording (and the runs list) follows the
+// run live, polling a small JSON status and swapping in the server's own
+// HTML; the runs list (an empty store too) loads again when a run arrives.
 "use strict";
 
 (function () {
+  const every = 2000;
+  const status = document.getElementById("live-status");
+
   const source = document.body.dataset.live;
   if (!source) return;
-  const status = document.getElementById("live-status");
-  const every = 2000;
   let last = null;
 
   function setText(root, field, value) {
@@ -21,7 +23,10 @@
     const url = new URL(window.location.href);
     url.searchParams.set("part", "live");
     const answer = await fetch(url, { headers: { Accept: "text/html" } });
-    if (answer.ok) part.innerHTML = await answer.text();
+    if (answer.ok) {
+      part.innerHTML = await answer.text();
+      document.dispatchEvent(new CustomEvent("viewer:redrawn"));
+    }
   }
 
   async function poll() {
@@ -38,12 +43,19 @@
         if (row) {
           setText(row, "episodes", run.episodes);
           setText(row, "pending", run.pending);
+          setText(row, "not_pushed", run.not_pushed);
           setText(row, "status", run.status);
           setText(row, "state", run.state);
         }
         if (run.state === "recording" || run.unread > 0) recording = true;
       }
-      if (!Array.isArray(found)) {
+      if (Array.isArray(found)) {
+        const shown = document.querySelectorAll("tr[data-run]").length;
+        if (found.length !== shown) {
+          window.location.reload();
+          return;
+        }
+      } else {
         const key = found.episodes + "/" + found.state + "/" + found.unread;
         if (last !== null && key !== last) await refreshPart();
         last = key;
