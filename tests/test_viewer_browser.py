@@ -109,11 +109,19 @@ class Watched:
         self.page.close()
 
 
-def _shoot(page: playwright_api.Page, name: str, tmp_path: Path, *, full: bool = False) -> None:
+def _shoot(
+    page: playwright_api.Page,
+    name: str,
+    tmp_path: Path,
+    *,
+    full: bool = False,
+    mask: list[playwright_api.Locator] | None = None,
+) -> None:
+    """``mask``: parts covered in the picture (this machine's paths)."""
     folder = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"viewer-{name}.png"
-    page.screenshot(path=str(path), full_page=full)
+    page.screenshot(path=str(path), full_page=full, mask=mask or [], mask_color="#d0d7de")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -239,7 +247,8 @@ def test_an_empty_store_says_so_and_fills_as_runs_arrive(
         page.goto(server.url)
         expect(page.locator("p.empty")).to_contain_text("is empty")
         expect(page.locator("p.empty")).to_contain_text("prime-runs-otel demo")
-        _shoot(page, "empty", tmp_path)
+        expect(page.locator("code.store-path")).to_have_text(str(spool.path))
+        _shoot(page, "empty", tmp_path, mask=[page.locator("code.store-path")])
         record_eval(spool_dir, name="arrived")
         expect(page.locator("table.runs tbody tr")).to_have_count(1, timeout=20_000)
         expect(page.locator("table.runs")).to_contain_text("arrived")

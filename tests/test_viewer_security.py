@@ -26,7 +26,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 from viewer_runs import open_spool, record_eval
@@ -280,15 +280,21 @@ def filled(spool: Spool) -> tuple[Spool, str, str]:
         ),
         max_size=4,
     ),
+    raw_query=st.binary(max_size=40),
 )
+@example(route="/", anything=b"", query=[], raw_query=b"min_tokens=%FF%FE&page=%00&&=&%")
 def test_no_route_or_query_value_gets_a_500(
-    filled: tuple[Spool, str, str], route: str, anything: bytes, query: list[tuple[str, str]]
+    filled: tuple[Spool, str, str],
+    route: str,
+    anything: bytes,
+    query: list[tuple[str, str]],
+    raw_query: bytes,
 ) -> None:
     spool, run_id, episode_id = filled
     from urllib.parse import quote_from_bytes, urlencode
 
     path = route.format(run=run_id, episode=episode_id, any=quote_from_bytes(anything, safe="/%"))
-    target = path.encode() + (b"?" + urlencode(query).encode() if query else b"")
+    target = path.encode() + b"?" + urlencode(query).encode() + b"&" + raw_query
     status, headers, body = call(ViewerApp(spool), target)
     assert status in (200, 400, 404), (target, status, body[:300])
     assert b"Traceback" not in body
