@@ -17,3 +17,19 @@ EXIT_INTERRUPTED = 130
 
 class UsageError(PrimeRunsOtelError):
     """A command line that cannot be carried out as given (exit code 2)."""
+
+
+#: Whether this process said so already (an interrupt during the way out
+#: after one that stopped the command adds no second line).
+said_interrupted: list[bool] = []
+
+
+def say_interrupted() -> None:
+    """Say, on stderr, that the command was interrupted: one line."""
+    said_interrupted.append(True)
+    import contextlib
+    import sys
+
+    with contextlib.suppress(Exception):  # a closed stderr: the exit code says it
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
