@@ -8,7 +8,9 @@ needs (as ``serve`` does), the address printed and opened.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import socket
 import sys
 import webbrowser
 from typing import Any
@@ -17,7 +19,7 @@ from .._net import is_loopback
 from ..view.server import ViewerServer
 from .arguments import parse_since, port_number, spool_option
 from .exits import EXIT_OK, UsageError
-from .store.lookup import open_spool
+from .store.lookup import open_store
 
 __all__ = ["TOKEN_ENV", "add_ui_command"]
 
@@ -31,16 +33,38 @@ def cmd_ui(args: argparse.Namespace) -> int:
             f"ui listens on {args.host}, beyond this machine, so it needs a token: pass --token "
             f"or set {TOKEN_ENV} (the address printed then carries it), or listen on 127.0.0.1"
         )
-    _, spool = open_spool(args.spool_dir)
+    spool = open_store(args.spool_dir)
     server = ViewerServer(
         spool, host=args.host, port=args.port, token=args.token, since=parse_since
     )
-    print(f"viewer of {spool.path}: {server.url}", flush=True)
+    url = browsable_url(server.url, args.host)
+    print(f"viewer of {spool.path}: {url}", flush=True)
+    if url != server.url:
+        print(f"from other machines: {other_machines_url(url)}", flush=True)
     print("read-only; Ctrl-C stops it", flush=True)
-    if not args.no_browser and not webbrowser.open(server.url):
+    if not args.no_browser and not webbrowser.open(url):
         print("(no browser could be opened here: open the address above)", file=sys.stderr)
     server.serve()
     return EXIT_OK
+
+
+def browsable_url(url: str, host: str) -> str:
+    """The address a browser on this machine opens: a server listening on
+    every interface (``0.0.0.0``, ``::``) is reached on loopback, since no
+    browser can open the unspecified address itself."""
+    try:
+        unspecified = ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        unspecified = host == ""
+    if not unspecified:
+        return url
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    return url.replace(f"//{shown}:", "//127.0.0.1:", 1)
+
+
+def other_machines_url(url: str) -> str:
+    """``url`` with this machine's name in place of loopback."""
+    return url.replace("//127.0.0.1:", f"//{socket.gethostname()}:", 1)
 
 
 def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:
