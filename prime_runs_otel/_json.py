@@ -18,7 +18,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
+from ._interrupts import interrupts_held
+
+with interrupts_held():  # a Ctrl-C during its initialisation crashes the process
+    import orjson
 
 
 def loads(data: bytes | str) -> Any:

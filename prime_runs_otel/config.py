@@ -15,12 +15,13 @@ import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
-from prime_traces.core import Config as _PrimeConfig
-
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from prime_traces.core import Config as _PrimeConfig
 
 Mode = Literal["online", "local", "disabled"]
 
@@ -50,6 +51,25 @@ _FALSE = ("0", "false", "no", "off", "")
 def default_spool_dir() -> Path:
     """The spool lives beside the prime CLI's own config, one per user."""
     return Path.home() / ".prime" / "runs-otel"
+
+
+def spool_dir_setting(spool_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The spool folder: ``spool_dir`` if given, else ``PRIME_RUNS_OTEL_DIR``,
+    else the default. Without the rest of :func:`resolve_settings`, whose
+    platform settings cost the prime SDK's import: a command that only reads
+    the local store does not pay for it."""
+    return Path(spool_dir or os.environ.get(DIR_ENV) or default_spool_dir())
+
+
+def spool_max_bytes_setting() -> int:
+    """The spool's size cap (``PRIME_RUNS_OTEL_SPOOL_MAX_BYTES``), more than 0."""
+    value = _env_int(SPOOL_MAX_BYTES_ENV, DEFAULT_SPOOL_MAX_BYTES)
+    if value <= 0:
+        raise ConfigError(
+            f"{SPOOL_MAX_BYTES_ENV}={value} must be more than 0 bytes "
+            f"(default {DEFAULT_SPOOL_MAX_BYTES}, 10 GiB)"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -122,11 +142,9 @@ def resolve_settings(
         frontend_url=(frontend_url or _frontend_url(prime)).rstrip("/"),
         team_id=team_id if team_id is not None else prime.team_id,
         traces_opt_out=(traces_opt_out if traces_opt_out is not None else _traces_opt_out(prime)),
-        spool_dir=Path(spool_dir or os.environ.get(DIR_ENV) or default_spool_dir()),
+        spool_dir=spool_dir_setting(spool_dir),
         spool_max_bytes=(
-            spool_max_bytes
-            if spool_max_bytes is not None
-            else _env_int(SPOOL_MAX_BYTES_ENV, DEFAULT_SPOOL_MAX_BYTES)
+            spool_max_bytes if spool_max_bytes is not None else spool_max_bytes_setting()
         ),
         finish_timeout=(
             finish_timeout
@@ -165,6 +183,8 @@ def refuse_overrides(settings: Settings | None, caller: str, **overrides: object
 def _prime_config() -> _PrimeConfig:
     """The prime CLI's config, or a clear error naming a file that cannot be read
     (the SDK would otherwise fail later, or quietly use nothing)."""
+    from prime_traces.core import Config
+
     path = Path.home() / ".prime" / "config.json"
     if path.exists():
         try:
@@ -180,7 +200,7 @@ def _prime_config() -> _PrimeConfig:
             raise ConfigError(f"{path} is not valid JSON ({exc}); {config_fix_hint()}") from None
         if not isinstance(parsed, dict):
             raise ConfigError(f"{path} must hold a JSON object; {config_fix_hint()}")
-    return _PrimeConfig()
+    return Config()
 
 
 def key_hint() -> str:

@@ -258,12 +258,15 @@ def test_ctrl_c_during_replay_finishes_the_run_as_cancelled(tmp_path: Path) -> N
 
 
 def test_bad_values_are_refused_with_a_clear_message(tmp_path: Path) -> None:
+    push = ["push", "--all", "--dry-run"]
     cases = [
         (["serve", "--http-port", "99999"], {}, "is not a port"),
         (["serve", "--workers", "0"], {}, "must be 1 or more"),
         (["runs"], {"PRIME_RUNS_OTEL_SPOOL_MAX_BYTES": "0"}, "must be more than 0"),
-        (["runs"], {"PRIME_RUNS_OTEL_FINISH_TIMEOUT": "-1"}, "0 or more"),
-        (["runs"], {"PRIME_API_BASE_URL": "api.example.com"}, "not an http(s) URL"),
+        # The platform's settings are checked by the commands that use them
+        # (`runs`, `show` and `export` only read the local store).
+        (push, {"PRIME_RUNS_OTEL_FINISH_TIMEOUT": "-1"}, "0 or more"),
+        (push, {"PRIME_API_BASE_URL": "api.example.com"}, "not an http(s) URL"),
         (["show", "x", "--interval", "-2"], {}, "0 or more"),
         (["runs", "--since", "yesterday"], {}, "neither an age"),
     ]
@@ -278,7 +281,7 @@ def test_an_unreadable_prime_config_is_named() -> None:
     config = Path.home() / ".prime" / "config.json"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("{not json")
-    done = _cli("runs")
+    done = _cli("push", "--all", "--dry-run")
     assert done.returncode == 2 and str(config) in done.stderr and "Traceback" not in done.stderr
     checked = _cli("doctor")  # doctor reports it as a failed check, naming the file
     assert checked.returncode == 1 and str(config) in checked.stdout

@@ -79,6 +79,8 @@ def _spool(settings: Settings) -> Check:
             f"{folder} is not writable",
             "fix its permissions or set PRIME_RUNS_OTEL_DIR",
         )
+    if not path.exists():  # checking creates nothing: the first run does
+        return _no_store_yet(folder)
     try:
         spool = Spool(path, max_bytes=settings.spool_max_bytes)
         integrity = _integrity(path)
@@ -158,6 +160,26 @@ def _spool(settings: Settings) -> Check:
     if size >= 0.8 * settings.spool_max_bytes:
         return Check("spool", WARN, detail, "deliver pending runs or raise the cap")
     return Check("spool", OK, detail)
+
+
+def _no_store_yet(folder: Path) -> Check:
+    """No store at ``folder`` yet: whether the first run can create it there."""
+    parent = folder
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return Check(
+            "spool",
+            FAIL,
+            f"no store at {folder} yet, and it cannot be created there ({parent} is not a "
+            "writable folder)",
+            "fix its permissions or set PRIME_RUNS_OTEL_DIR to a writable folder",
+        )
+    return Check(
+        "spool",
+        OK,
+        f"no store at {folder} yet: the first run creates it (`prime-runs-otel demo` records one)",
+    )
 
 
 def _free_pages(spool: Spool) -> str:

@@ -27,3 +27,19 @@ def exit_code_for(error: PrimeRunsOtelError) -> int:
     from ..deliver.spool import SpoolError  # here: only a command that failed pays for it
 
     return EXIT_INCOMPLETE if isinstance(error, SpoolError) else EXIT_USAGE
+
+
+#: Whether this process said so already (an interrupt during the way out
+#: after one that stopped the command adds no second line).
+said_interrupted: list[bool] = []
+
+
+def say_interrupted() -> None:
+    """Say, on stderr, that the command was interrupted: one line."""
+    said_interrupted.append(True)
+    import contextlib
+    import sys
+
+    with contextlib.suppress(Exception):  # a closed stderr: the exit code says it
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()

@@ -103,6 +103,7 @@ def otlp_endpoint_from_env() -> str:
 
 def replay_command_over_otlp(args: argparse.Namespace) -> int:
     """``replay`` with ``--otlp-endpoint`` or ``--otlp``, from the replay command's arguments."""
+    traces_file(Path(args.path))  # a file it cannot read is said first, as itself
     endpoint = args.otlp_endpoint or otlp_endpoint_from_env()
     timeout = DEFAULT_OTLP_TIMEOUT if args.timeout is None else args.timeout
     return replay_over_otlp(

@@ -31,6 +31,7 @@ from ..produce.traces_jsonl import (
     traces_file,
 )
 from ..run import Run, RunResult, start_run
+from ..sampling import without_sdk
 from ..view.runs import run_view
 from .arguments import json_option, non_negative_float, positive_int, spool_option
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
@@ -39,8 +40,14 @@ from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
 from .output import Progress, color, command_name, error, print_json, reported_here
 from .recorded_eval import DEFAULT_FRAMEWORK, recorded_eval, replay_options, replay_run_key
 from .store.show import print_show
+from .store.training import with_training
 
 DEFAULT_REPLAY_TIMEOUT = 300.0
+#: What a run in the disabled mode leaves: nothing, and how to change that.
+DISABLED = (
+    "telemetry is disabled (OTEL_SDK_DISABLED=true or PRIME_RUNS_MODE=disabled), so nothing "
+    "is sent or kept; unset it to record runs"
+)
 #: The error a run interrupted with Ctrl-C ends with.
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
@@ -158,7 +165,7 @@ def result_view(result: RunResult) -> dict[str, Any]:
         spool = Spool(Path(result.spool_path), max_bytes=resolve_settings().spool_max_bytes)
         row = spool.run(result.local_id)
         if row is not None:
-            return run_view(spool, row)
+            return with_training(spool, row, run_view(spool, row))
     return {
         "id": result.local_id,
         "mode": result.mode,
@@ -181,6 +188,9 @@ def print_result(
         return
     status = color(result.status, "32" if result.status == "completed" else "33")
     print(f"run:       {result.local_id} ({status}, {'closed' if result.closed else 'OPEN'})")
+    if result.mode == "disabled":
+        print(f"episodes:  {result.episodes} recorded, none sent or kept: {DISABLED}")
+        return
     if result.platform_id:
         print(f"platform:  {result.platform_id}")
     if result.url:
@@ -217,8 +227,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             os.environ.update(fake.client_env())
             os.environ["PRIME_RUNS_MODE"] = "online"
             print(f"fake platform listening on {fake.url}")
-        settings = resolve_settings(spool_dir=args.spool_dir)
-        where = {"online": "the platform", "local": "the local store"}.get(settings.mode, "nowhere")
+        settings = without_sdk(resolve_settings(spool_dir=args.spool_dir))
+        where = {"online": "the platform", "local": "the local store"}.get(
+            settings.mode, "nowhere (telemetry is disabled)"
+        )
         print(f"demo: {args.episodes} episodes through OpenTelemetry into {where}")
         run = start_run(
             name=demo_name(),
@@ -246,6 +258,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return _stopped_waiting(run, settings.spool_path)
         print_result(result, with_next_step=False)  # the summary below says it once
+        if result.mode == "disabled":
+            return EXIT_OK  # nothing to look at: nothing was kept
         print()
         spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
         row = spool.run(result.local_id)
@@ -288,6 +302,8 @@ def finishing_line(mode: str, spool_dir: Path) -> str:
             "safe: what is not delivered stays in the spool, and `prime-runs-otel push` "
             "sends it later"
         )
+    if mode == "disabled":
+        return "finishing the run: nothing to deliver or keep (telemetry is disabled)"
     return f"finishing the run: kept locally (no API key), in {spool_dir}"
 
 

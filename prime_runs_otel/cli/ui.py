@@ -10,18 +10,20 @@ only here, when the command runs: every other command works without them.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import socket
 import sys
 import webbrowser
 from typing import Any
 
 from .._net import is_loopback
-from ..config import resolve_settings
+from ..config import spool_max_bytes_setting
 from ..deliver.spool import Spool
 from .arguments import parse_since, port_number, spool_option
 from .exits import EXIT_OK, UsageError
 from .extras import UI, require
-from .store.lookup import first_run_hint, open_spool, spool_exists
+from .store.lookup import SPOOL_FILE, first_run_hint, open_store, spool_exists, store_folder
 
 __all__ = ["TOKEN_ENV", "add_ui_command"]
 
@@ -38,22 +40,44 @@ def cmd_ui(args: argparse.Namespace) -> int:
     require("ui", UI, "ui")
     from ..view.server import ViewerServer  # here: the viewer's server is the [ui] extra's
 
-    settings = resolve_settings(spool_dir=args.spool_dir, mode="local")
-    if not spool_exists(settings):
+    folder = store_folder(args.spool_dir)
+    if not spool_exists(folder):
         # An empty store, as the first run would create it: the runs page
         # says how to fill it and shows runs as they arrive.
-        Spool(settings.spool_path, max_bytes=settings.spool_max_bytes).close()
-        print(f"the store at {settings.spool_path} is empty; {first_run_hint()}", flush=True)
-    _, spool = open_spool(args.spool_dir)
+        Spool(folder / SPOOL_FILE, max_bytes=spool_max_bytes_setting()).close()
+        print(f"the store at {folder} is empty; {first_run_hint()}", flush=True)
+    spool = open_store(args.spool_dir)
     server = ViewerServer(
         spool, host=args.host, port=args.port, token=args.token, since=parse_since
     )
-    print(f"viewer of {spool.path}: {server.url}", flush=True)
+    url = browsable_url(server.url, args.host)
+    print(f"viewer of {spool.path}: {url}", flush=True)
+    if url != server.url:
+        print(f"from other machines: {other_machines_url(url)}", flush=True)
     print("read-only; Ctrl-C stops it", flush=True)
-    if not args.no_browser and not webbrowser.open(server.url):
+    if not args.no_browser and not webbrowser.open(url):
         print("(no browser could be opened here: open the address above)", file=sys.stderr)
     server.serve()
     return EXIT_OK
+
+
+def browsable_url(url: str, host: str) -> str:
+    """The address a browser on this machine opens: a server listening on
+    every interface (``0.0.0.0``, ``::``) is reached on loopback, since no
+    browser can open the unspecified address itself."""
+    try:
+        unspecified = ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        unspecified = host == ""
+    if not unspecified:
+        return url
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    return url.replace(f"//{shown}:", "//127.0.0.1:", 1)
+
+
+def other_machines_url(url: str) -> str:
+    """``url`` with this machine's name in place of loopback."""
+    return url.replace("//127.0.0.1:", f"//{socket.gethostname()}:", 1)
 
 
 def add_ui_command(commands: Any, common: argparse.ArgumentParser) -> None:

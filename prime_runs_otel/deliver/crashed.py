@@ -12,7 +12,6 @@ import logging
 import socket
 import time
 
-from .lifecycle import reload
 from .spool import RunRow, Spool, process_alive
 
 logger = logging.getLogger(__name__)
@@ -51,7 +50,11 @@ def end_if_crashed(
     if log:  # a command that says so in its own words passes False
         logger.warning("Run %s crashed: %s", run.local_id, reason)
     spool.end_run(run.local_id, "crashed", reason)
-    return reload(spool, run)
+    # Read back here rather than with lifecycle.reload: that module brings the
+    # platform clients, and `runs` and `show` end dead runs without them.
+    ended = spool.run(run.local_id)
+    assert ended is not None, "runs are never deleted from the spool"
+    return ended
 
 
 def end_runs_of_dead_producers(spool: Spool) -> list[str]:

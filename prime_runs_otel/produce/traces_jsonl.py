@@ -30,7 +30,21 @@ def traces_file(path: Path) -> Path:
             f"{path} does not exist; pass a traces.jsonl, or the run folder a verifiers eval "
             "wrote (outputs/<run>/)"
         )
+    _check_readable(path)
     return path
+
+
+def _check_readable(path: Path) -> None:
+    """A file that exists but cannot be read (permissions, a failing disk) is
+    named here, before anything else is tried with it."""
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise PrimeRunsOtelError(
+            f"cannot read {path}: {exc.strerror or exc}; check its permissions "
+            "(or the disk it is on), or pass a copy you can read"
+        ) from None
 
 
 class NoEpisodesError(PrimeRunsOtelError):

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RecordError
 from .episodes import CorruptEpisode, EpisodeArrival
-from .spans import SpanView
+
+if TYPE_CHECKING:
+    # Only named in annotations: the spans' module imports the OpenTelemetry
+    # SDK, which the spool (and so every store command) reads runs without.
+    from .spans import SpanView
 
 __all__ = [
     "CorruptMetrics",

@@ -21,12 +21,12 @@ from ..arguments import spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, stdout_gone
 from .export_otlp import export_otlp
-from .lookup import find, open_spool
+from .lookup import find, open_store
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """What the platform would receive, computed from the spool."""
-    _, spool = open_spool(args.spool_dir)
+    spool = open_store(args.spool_dir)
     run = find(spool, args.run)
     if args.otlp:
         return export_otlp(spool, run, args.otlp)

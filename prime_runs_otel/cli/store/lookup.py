@@ -3,38 +3,126 @@ unique prefix of either, or the run's exact name.
 
 Every store command starts here, so a run is found the same way and a
 missing spool or an unknown run is the same usage error (exit 2) whatever
-the command.
+the command. Reading needs no write access: :func:`open_store` reads a
+store this user cannot write (a shared results folder, a mounted backup)
+as it is; :func:`open_spool`, for the commands that change the store, says
+at once when it cannot be written, naming the folder.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..._text import one_line
-from ...config import Settings, resolve_settings
-from ...deliver.crashed import end_runs_of_dead_producers
+from ...config import spool_dir_setting, spool_max_bytes_setting
 from ...deliver.spool import RunRow, Spool, SpoolError
-from ...view.runs import runs_named
 from ..exits import UsageError
+
+if TYPE_CHECKING:
+    from ...config import Settings
+
+#: The spool's file in its folder (as ``Settings.spool_path`` names it).
+SPOOL_FILE = "spool.sqlite3"
+
+
+def store_folder(spool_dir: str | None) -> Path:
+    """The store's folder: ``--spool-dir``, else ``PRIME_RUNS_OTEL_DIR``, else
+    the default. A path that is a file is refused (exit 2), and so is a
+    ``--spool-dir`` that does not exist: a typo must not read as an empty store."""
+    folder = spool_dir_setting(spool_dir)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(
+            f"{folder} is a file, not a store folder: give --spool-dir (or PRIME_RUNS_OTEL_DIR) "
+            "the folder that holds spool.sqlite3"
+        )
+    if spool_dir and not folder.exists():
+        raise UsageError(
+            f"no folder {folder}: give --spool-dir an existing store folder "
+            "(`prime-runs-otel runs` without it reads the default one)"
+        )
+    return folder
+
+
+def spool_exists(folder: Path) -> bool:
+    """Whether anything was ever recorded in the store at ``folder``."""
+    return (folder / SPOOL_FILE).exists()
+
+
+def open_store(spool_dir: str | None) -> Spool:
+    """The spool, for a command that only reads it (``runs``, ``show``,
+    ``export``, ``ui``). A store this user cannot write is opened read-only
+    and read as it is, with a note on stderr."""
+    folder = store_folder(spool_dir)
+    _require_spool(folder)
+    path = folder / SPOOL_FILE
+    if writable(folder):
+        spool = Spool(path, max_bytes=spool_max_bytes_setting())
+        _end_runs_of_dead_producers(spool)
+        return spool
+    print(
+        f"note: this user cannot write the store in {folder}: it is read as it is "
+        "(runs whose process is gone are not marked crashed)",
+        file=sys.stderr,
+    )
+    try:
+        return Spool.open_read_only(path)
+    except SpoolError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def open_spool(spool_dir: str | None) -> tuple[Settings, Spool]:
-    settings = resolve_settings(spool_dir=spool_dir, mode="local")
-    if not spool_exists(settings):
+    """The spool, for a command that changes it (``push``, ``rm``, ``prune``,
+    ``compact``): refused at once, naming the folder, where it cannot be written."""
+    from ...config import resolve_settings
+
+    folder = store_folder(spool_dir)
+    settings = resolve_settings(spool_dir=folder, mode="local")
+    _require_spool(folder)
+    if not writable(folder):
         raise UsageError(
-            f"no spool at {settings.spool_path}: nothing has been recorded there yet "
-            f"(set PRIME_RUNS_OTEL_DIR or --spool-dir to look elsewhere); {first_run_hint()}"
+            f"{command_word()} needs to write to the local store in {folder}, which this user "
+            "cannot write: run it as the store's owner, or copy the folder somewhere writable "
+            "and point --spool-dir (or PRIME_RUNS_OTEL_DIR) at the copy"
         )
     spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
     _end_runs_of_dead_producers(spool)
     return settings, spool
 
 
+def writable(folder: Path) -> bool:
+    """Whether this user can write the store: its folder and its files (the
+    spool and, if there, its write-ahead log and index), on a file system
+    mounted for writing."""
+    members = [folder / SPOOL_FILE, folder / f"{SPOOL_FILE}-wal", folder / f"{SPOOL_FILE}-shm"]
+    return os.access(folder, os.W_OK | os.X_OK) and all(
+        os.access(member, os.W_OK) for member in members if member.exists()
+    )
+
+
+def command_word() -> str:
+    """The command being run, as the user typed it (``prime-runs-otel rm``)."""
+    words = [arg for arg in sys.argv[1:] if not arg.startswith("-")]
+    return f"`prime-runs-otel {words[0]}`" if words else "this command"
+
+
+def _require_spool(folder: Path) -> None:
+    if not spool_exists(folder):
+        raise UsageError(
+            f"no spool at {folder / SPOOL_FILE}: nothing has been recorded there yet "
+            f"(set PRIME_RUNS_OTEL_DIR or --spool-dir to look elsewhere); {first_run_hint()}"
+        )
+
+
 def _end_runs_of_dead_producers(spool: Spool) -> None:
     """A run whose recording process was killed is shown as crashed, not as
     still recording (the write is the one the next delivering process would
-    make; a spool this user cannot write is read as it is)."""
+    make)."""
+    from ...deliver.crashed import end_runs_of_dead_producers
+
     try:
         ended = end_runs_of_dead_producers(spool)
     except (SpoolError, sqlite3.Error) as exc:
@@ -51,11 +139,6 @@ def _end_runs_of_dead_producers(spool: Spool) -> None:
         )
 
 
-def spool_exists(settings: Settings) -> bool:
-    """Whether anything was ever recorded where ``settings`` point."""
-    return settings.spool_path.exists()
-
-
 def first_run_hint() -> str:
     """How to make a first run, for a store that has none yet."""
     return (
@@ -66,6 +149,10 @@ def first_run_hint() -> str:
 
 def find(spool: Spool, key: str) -> RunRow:
     """A run by id, platform id, a unique prefix of either, or its exact name."""
+    from ...view.runs import runs_named
+
+    if not key.strip():
+        raise UsageError("RUN is empty: give a run's id, a prefix of it, or its name")
     named = runs_named(spool, key)
     if len(named) == 1:
         return named[0]

@@ -13,6 +13,7 @@ from ...view.runs import STATES, STATUSES, run_state, select_runs
 from ..arguments import json_option, parse_age, spool_option
 from ..exits import EXIT_OK, UsageError
 from ..output import human_bytes, print_json
+from .compact import file_bytes
 from .lookup import find, open_spool
 
 #: Free pages worth a ``compact`` hint after ``rm`` or ``prune``.
@@ -66,12 +67,14 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 def _give_back_space(spool: Spool) -> dict[str, int]:
     """What was removed goes back to the disk where the spool can do that in
-    place; the sizes before and after, and the free pages left in the file."""
-    before = spool.size_bytes()
+    place; the sizes of the spool file before and after (measured as
+    ``compact`` measures them: :func:`.compact.file_bytes`), and the free
+    pages left in it."""
+    before = file_bytes(spool)
     spool.give_back_space()
     return {
         "bytes_before": before,
-        "bytes_after": spool.size_bytes(),
+        "bytes_after": file_bytes(spool),
         "free_bytes": spool.free_bytes(),
     }
 

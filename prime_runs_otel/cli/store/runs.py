@@ -10,19 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from ..._text import one_line
-from ...config import resolve_settings
 from ...view.runs import STATES, STATUSES, run_view, select_runs
 from ..arguments import json_option, parse_since, positive_int, spool_option
 from ..exits import EXIT_OK
 from ..output import print_json, stdout_gone
-from .lookup import first_run_hint, note_damaged, open_spool, spool_exists
+from .lookup import SPOOL_FILE, first_run_hint, note_damaged, open_store, spool_exists, store_folder
+from .training import step_column, training_view, with_training
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    settings = resolve_settings(spool_dir=args.spool_dir, mode="local")
-    if not spool_exists(settings):
-        return _no_runs_yet(settings.spool_path, as_json=args.json)
-    _, spool = open_spool(args.spool_dir)
+    folder = store_folder(args.spool_dir)
+    if not spool_exists(folder):
+        return _no_runs_yet(folder / SPOOL_FILE, as_json=args.json)
+    spool = open_store(args.spool_dir)
     rows = select_runs(
         spool, statuses=args.status or (), kind=args.kind, name=args.name, since=args.since
     )
@@ -30,13 +30,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
         rows = rows[: args.limit]
     note_damaged(spool)
     if args.json:
-        print_json([run_view(spool, row) for row in rows])
+        print_json([with_training(spool, row, run_view(spool, row)) for row in rows])
         return EXIT_OK
     if not rows:
         print(f"no runs in {spool.path}" + (" match" if _filtered(args) else ""))
         return EXIT_OK
     print(
-        f"{'ID':<12}  {'NAME':<28} {'KIND':<5} {'STATUS':<9} {'STATE':<10} "
+        f"{'ID':<12}  {'NAME':<28} {'KIND':<5} {'STEP':>6} {'STATUS':<9} {'STATE':<10} "
         f"{'EPISODES':>8} {'PENDING':>7} {'NOT PUSHED':>10}  CREATED"
     )
     for row in rows:
@@ -45,6 +45,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         name = one_line((row.name or "-")[:28])
         print(
             f"{one_line(row.local_id[:12]):<12}  {name:<28} {row.kind:<5} "
+            f"{step_column(training_view(spool, row)):>6} "
             f"{view['status']:<9} {view['state']:<10} {row.episodes:>8} {view['pending']:>7} "
             f"{view['not_pushed']:>10}  {created}"
         )

@@ -25,18 +25,20 @@ from ...view.runs import run_about, run_view
 from ..arguments import json_option, non_negative_float, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import human_bytes, print_json, stdout_gone
-from .lookup import find, open_spool
+from .lookup import find, open_store
+from .training import training_lines, training_view, with_training
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    _, spool = open_spool(args.spool_dir)
+    spool = open_store(args.spool_dir)
     run = find(spool, args.run)
     if args.follow:
         return follow(spool, run.local_id, interval=args.interval, as_json=args.json)
     if args.json:
-        print_json(run_view(spool, run))
+        print_json(with_training(spool, run, run_view(spool, run)))
     else:
-        read_older_episodes(spool, run.local_id, _reading_progress())
+        if not spool.read_only:  # what an earlier release stored is shown as it is
+            read_older_episodes(spool, run.local_id, _reading_progress())
         print_show(spool, run)
     return EXIT_OK
 
@@ -100,6 +102,10 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
             f"{run.late} arrived after the run was closed · {run.late_refused} of them refused "
             "by the platform (late and undelivered)",
         )
+    training = training_view(spool, run)
+    if training is not None:
+        for label, text in training_lines(training):
+            line(label, text)
     summary = view["summary"]
     if run.episodes:
         line("error rate", f"{100 * float(summary.get('avg_error', 0.0)):.1f} %")

@@ -19,11 +19,12 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..._text import shown
 from ...errors import PrimeRunsOtelError
@@ -150,11 +151,17 @@ class SpoolFullError(SpoolError):
     """A write refused because the spool's disk is full (see ``size.py``)."""
 
 
+_Spool = TypeVar("_Spool", bound="SpoolCore")
+
+
 class SpoolCore:
     """Connections, transactions and the schema of one spool file.
 
     Thread-safe (a connection per thread) and process-safe (SQLite locking).
     """
+
+    #: Opened with :meth:`open_read_only`: nothing is created, nothing written.
+    _read_only = False
 
     def __init__(
         self, path: str | os.PathLike[str], *, max_bytes: int, keep_delivered: bool = True
@@ -183,6 +190,51 @@ class SpoolCore:
         self._writer_pid = 0
         self._init_schema()
 
+    @property
+    def read_only(self) -> bool:
+        """Whether this spool was opened with :meth:`open_read_only`."""
+        return self._read_only
+
+    @classmethod
+    def open_read_only(cls: type[_Spool], path: str | os.PathLike[str]) -> _Spool:
+        """An existing spool opened for reading only: a store this user may
+        read but not write (a shared results folder, a mounted backup, a
+        read-only file system). Nothing is created or tightened, the schema
+        is not migrated, and a write raises :class:`SpoolError` naming the
+        folder (see :func:`_open_read_only`)."""
+        spool = cls.__new__(cls)
+        spool.path = Path(path)
+        spool.max_bytes = 0
+        spool.keep_delivered = True
+        spool._local = threading.local()
+        spool._warned_full = False
+        spool._reported_damaged = set()
+        spool._writer_db = None
+        spool._writer_pid = 0
+        spool._read_only = True
+        try:
+            version = schema.stored_version(spool._connection())
+        except sqlite3.DatabaseError as exc:
+            raise SpoolError(f"cannot read the spool {str(spool.path)!r}: {exc}") from exc
+        if version != schema.SCHEMA_VERSION:
+            raise SpoolError(
+                f"the spool {str(spool.path)!r} was written by "
+                f"{'a newer' if version > schema.SCHEMA_VERSION else 'an earlier'} "
+                f"prime-runs-otel (schema {version}, this release reads "
+                f"{schema.SCHEMA_VERSION}), and this user cannot write it to bring it up to "
+                "date: read it with the release that wrote it, or copy the folder somewhere "
+                "writable and point PRIME_RUNS_OTEL_DIR at the copy"
+            )
+        return spool
+
+    def read_only_error(self) -> SpoolError:
+        """The error for a write to a spool opened with :meth:`open_read_only`."""
+        return SpoolError(
+            f"this needs to write to the local store in {str(self.path.parent)!r}, which this "
+            "user cannot write: run it as the store's owner, or copy the folder somewhere "
+            "writable and point PRIME_RUNS_OTEL_DIR (or --spool-dir) at the copy"
+        )
+
     # -- connections ---------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
@@ -208,6 +260,8 @@ class SpoolCore:
         return self._writer_db
 
     def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
+        if self._read_only:
+            return _open_read_only(self.path, check_same_thread=check_same_thread)
         try:
             db = sqlite3.connect(
                 self.path,
@@ -241,6 +295,8 @@ class SpoolCore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        if self._read_only:
+            raise self.read_only_error()
         with _WRITER, _GATE:
             db = self._writer_connection()
             db.execute("BEGIN IMMEDIATE")
@@ -337,6 +393,37 @@ class SpoolCore:
             if self._writer_db is not None and self._writer_pid == os.getpid():
                 self._writer_db.close()
             self._writer_db = None
+
+
+def _open_read_only(path: Path, *, check_same_thread: bool) -> sqlite3.Connection:
+    """A connection that never writes: SQLite's read-only mode, or, where the
+    write-ahead log's index cannot be created or written beside the file (a
+    folder this user cannot write), the file as it is on disk (``immutable``:
+    no locks; a log left by a writer that was killed is then not read)."""
+    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+    for flags in ("", "&immutable=1"):
+        try:
+            db = sqlite3.connect(
+                uri + flags,
+                uri=True,
+                timeout=60.0,
+                isolation_level=None,
+                factory=_Connection,
+                check_same_thread=check_same_thread,
+            )
+        except sqlite3.Error as exc:
+            raise SpoolError(f"cannot open the spool {str(path)!r} to read it: {exc}") from exc
+        try:
+            db.execute("PRAGMA busy_timeout=60000")
+            db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        except sqlite3.OperationalError as exc:
+            db.close()
+            if flags:
+                raise SpoolError(f"cannot read the spool {str(path)!r}: {exc}") from exc
+            continue
+        _open_connections.add(db)
+        return db
+    raise AssertionError("not reached")
 
 
 def _is_damage(exc: BaseException) -> bool:

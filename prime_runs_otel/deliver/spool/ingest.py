@@ -11,10 +11,10 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...read.episodes import EpisodeArrival
 from ...read.projection import LineTemplate, SummaryAccumulator
-from ...read.records import RunBatch
 from .core import SpoolFullError
 from .processes import register_producer as register_producer_row
 from .rows import aggregate, insert_rows
@@ -22,6 +22,11 @@ from .runs import ensure_run
 from .size import STOPPED_HELD_SQL, STOPPED_SHARE, SpoolSize
 from .steps import insert_metrics
 from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
+
+if TYPE_CHECKING:
+    # Only named in signatures: the records' module imports the OpenTelemetry
+    # SDK, which a command that only reads the spool should not pay for.
+    from ...read.records import RunBatch
 
 logger = logging.getLogger(__name__)
 
