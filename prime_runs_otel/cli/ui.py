@@ -18,7 +18,7 @@ import webbrowser
 from typing import Any
 
 from .._net import is_loopback
-from ..config import spool_max_bytes_setting
+from ..config import spool_dir_setting, spool_max_bytes_setting
 from ..deliver.spool import Spool
 from .arguments import parse_since, port_number, spool_option
 from .exits import EXIT_OK, UsageError
@@ -40,7 +40,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
     require("ui", UI, "ui")
     from ..view.server import ViewerServer  # here: the viewer's server is the [ui] extra's
 
-    folder = store_folder(args.spool_dir)
+    # Not store_folder(): a folder that does not exist yet is a store to come
+    # here, not a typo, since the viewer shows runs as they arrive.
+    folder = spool_dir_setting(args.spool_dir)
+    if folder.exists() and not folder.is_dir():
+        store_folder(args.spool_dir)  # says that a file is not a store folder
     if not spool_exists(folder):
         # An empty store, as the first run would create it: the runs page
         # says how to fill it and shows runs as they arrive.
