@@ -91,6 +91,7 @@ class Uploader:
         self._pauses = Pauses(settings.retry_max_delay)
         self._clients = PlatformClients(settings)
         self._fleet = fleet
+        self._said_disk = False
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
@@ -117,6 +118,13 @@ class Uploader:
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
+        if not self._said_disk:
+            # Said by the process that writes the spool and delivers it, once:
+            # a small disk refuses episodes early, and nothing else says why.
+            self._said_disk = True
+            note = self._spool.small_disk_note()
+            if note is not None:
+                logger.warning("%s", note)
         self._stopping.clear()
         self._thread = threading.Thread(
             target=self._loop, name="prime-runs-otel-uploader", daemon=True
