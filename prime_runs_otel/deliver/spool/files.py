@@ -13,9 +13,9 @@ So a store file is used only when it is a regular file (not a link, not a
 device), owned by the user who runs the process, and writable by nobody
 else unless its folder is private (mode 700: nobody else could have reached
 it, and its mode is only tightened). Anything else is refused, with whose
-file it is and what to do. Modes are tightened on the open file
-(``os.fchmod`` on a descriptor opened with ``O_NOFOLLOW``), never by name,
-so a link planted between the check and the change cannot redirect it.
+file it is and what to do. Modes are tightened on the file found at the
+name (a descriptor opened with ``O_NOFOLLOW``), never by a name looked up
+again, so a link planted between the check and the change cannot redirect it.
 
 These checks are for a process that writes the store; what remains open is
 the moment between them and SQLite opening the file, and the ones done again
@@ -32,9 +32,9 @@ from pathlib import Path
 
 #: The spool file's companions, by suffix ("" is the spool itself).
 STORE_SUFFIXES = ("", "-wal", "-shm", "-reserve")
-#: Opening a store file by descriptor: never through a link, never blocking
-#: on a FIFO planted in its place, and never handed to a child process.
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: Linux's descriptor of a file that is not opened for reading or writing
+#: (see ``_tighten``); ``None`` where the system has none.
+_O_PATH: int | None = getattr(os, "O_PATH", None)
 
 
 def store_files(path: Path) -> list[Path]:
@@ -108,23 +108,36 @@ def file_problem(member: Path, *, private_folder: bool) -> str | None:
 
 def tighten_modes(path: Path) -> None:
     """Make the spool's files of this user readable by them only (SQLite
-    creates its companions with the umask otherwise), on the open file:
+    creates its companions with the umask otherwise), on the file itself:
     a link found at any of their names is left alone (and refused by
     :func:`store_problem`), never followed."""
     me = os.geteuid()
     for member in store_files(path):
-        try:
-            fd = os.open(member, _OPEN_FLAGS)
-        except OSError:
-            continue  # missing, or a link (ELOOP): nothing of ours to change
-        try:
-            status = os.fstat(fd)
-            if stat.S_ISREG(status.st_mode) and status.st_uid == me and status.st_mode & 0o077:
-                os.fchmod(fd, 0o600)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        with suppress(OSError):
+            _tighten(member, me)
+
+
+def _tighten(member: Path, me: int) -> None:
+    """``chmod 600`` of ``member`` when it is a regular file of ``me`` with
+    a wider mode, without following a link at its name.
+
+    Through an ``O_PATH`` descriptor (and its ``/proc/self/fd`` name, as
+    ``fchmod`` refuses such a descriptor): opening the spool's files for
+    reading instead, and closing them, would drop every POSIX lock SQLite
+    holds on them in this process (closing any descriptor of a file does),
+    letting another process checkpoint under a reader's feet."""
+    if _O_PATH is None:  # no O_PATH (not Linux): checked by name, then changed
+        status = member.lstat()
+        if stat.S_ISREG(status.st_mode) and status.st_uid == me and status.st_mode & 0o077:
+            os.chmod(member, 0o600)
+        return
+    fd = os.open(member, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        status = os.fstat(fd)
+        if stat.S_ISREG(status.st_mode) and status.st_uid == me and status.st_mode & 0o077:
+            os.chmod(f"/proc/self/fd/{fd}", 0o600)
+    finally:
+        os.close(fd)
 
 
 def owner_name(uid: int) -> str:
