@@ -60,3 +60,12 @@ def configure_logging(level: int, fmt: str) -> None:
     for handler in logging.getLogger().handlers:
         if type(handler.formatter) is logging.Formatter:
             handler.setFormatter(OneLineFormatter(fmt))
+
+
+def human_bytes(size: float) -> str:
+    """Binary units, the same ones the configuration documents (GiB)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"

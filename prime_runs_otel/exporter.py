@@ -35,6 +35,7 @@ from opentelemetry.trace import SpanContext
 
 from . import semconv
 from ._courtesy import ExportRunning
+from ._text import shown
 from ._untraced import untraced
 from .config import (
     Settings,
@@ -43,6 +44,7 @@ from .config import (
     refuse_overrides,
     resolve_settings,
 )
+from .deliver.platform.watch import WATCH
 from .deliver.spool import RunRow, Spool, SpoolError, process_alive, this_producer
 from .deliver.uploader import Uploader
 from .read.checks import run_identity
@@ -58,6 +60,9 @@ logger = logging.getLogger(__name__)
 #: How long ``shutdown()`` lets delivery drain: bounded, as the SDK expects
 #: of every exporter; whatever is left is delivered by the next process.
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+#: How long the end of a run waits for a platform that has not acknowledged
+#: the run since it started and failed to answer (see ``_finish_wait``).
+UNREACHABLE_FINISH_WAIT = 10.0
 
 #: ``true``: plain instrumented code that marks no episodes gets one episode
 #: per root trace holding model calls (``root_traces_as_episodes=True``).
@@ -472,8 +477,37 @@ class PrimeRunsSpanExporter(SpanExporter):
         )
 
     def wait_closed(self, local_id: str, timeout: float) -> RunRow | None:
-        """The run once it is closed (or the deadline passes)."""
-        self._wait(local_id, timeout, lambda run: run.settled)
+        """The run once it is closed (or the deadline passes). A run the
+        platform has not acknowledged since it started, with an error
+        recorded (it could not be reached, or refused for now), waits only
+        ``UNREACHABLE_FINISH_WAIT`` more from the moment that is known, and
+        says so: its episodes are safe in the spool, and ``push`` delivers
+        them later."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        shortened = False
+
+        def over(run: RunRow) -> bool:
+            nonlocal deadline, shortened
+            if run.settled:
+                return True
+            now = time.monotonic()
+            if not shortened and _unacknowledged(run) and deadline - now > UNREACHABLE_FINISH_WAIT:
+                shortened = True
+                deadline = now + UNREACHABLE_FINISH_WAIT
+                logger.warning(
+                    "Run %s: the platform has not acknowledged it since it started (%s). "
+                    "Waiting %.0fs more for it, not the %.0fs finish timeout; then its episodes "
+                    "stay in %s for `prime-runs-otel push %s`.",
+                    shown(local_id),
+                    shown(run.last_error),
+                    UNREACHABLE_FINISH_WAIT,
+                    timeout,
+                    shown(str(self.spool.path)),
+                    shown(local_id),
+                )
+            return now >= deadline
+
+        self._wait(local_id, timeout, over)
         return self.spool.run(local_id)
 
     def _wait(self, local_id: str, timeout: float, done: Any) -> bool:
@@ -533,6 +567,19 @@ class PrimeRunsSpanExporter(SpanExporter):
                 self._spool.path,
                 local_id,
             )
+
+
+def _unacknowledged(run: RunRow) -> bool:
+    """An online run the platform has not taken, with the error that holds
+    it up recorded, and no answer at all from the platform since the run
+    started (see :mod:`.deliver.platform.watch`). A platform that answers,
+    if only "not now" (429, 503), is waited for the whole finish timeout."""
+    return (
+        run.mode == "online"
+        and run.create_state != "created"
+        and run.last_error is not None
+        and not WATCH.answered_since(run.created_at)
+    )
 
 
 def _exit_status() -> tuple[str, str | None]:

@@ -228,6 +228,8 @@ class RunResult:
             where = (
                 f"the local store ({self.spool_path}); see `prime-runs-otel show {self.local_id}`"
             )
+        elif where is None and not self.closed and self.mode == "online":
+            where = f"kept locally in {self.spool_path}: the platform has not acknowledged it"
         state = "closed" if self.closed else "NOT closed yet"
         text = (
             f"run {self.local_id} {self.status}, {state}: {self.episodes} episode(s), "

@@ -108,6 +108,21 @@ def test_quickstarts_install_from_a_clone(document: str) -> None:
     assert "pip install -e ." in text
 
 
+def _exported(lines: list[str]) -> dict[str, str]:
+    """The variables a document's ``export NAME=...`` lines set, as bash sets them."""
+    values = {}
+    for line in lines:
+        if line.startswith("export "):
+            name = line[len("export ") :].split("=", 1)[0]
+            values[name] = subprocess.run(
+                ["bash", "-c", f"{line}; printf '%s' \"${name}\""],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+    return values
+
+
 def test_the_viewer_commands_run_as_written(tmp_path: Path) -> None:
     """docs/viewer.md: `ui` on a free port (with and without a token) serves
     the runs page at the address it prints; `export --otlp` sends the run to
@@ -120,6 +135,10 @@ def test_the_viewer_commands_run_as_written(tmp_path: Path) -> None:
     ]
     assert len(served) == 2
     run_id = _stored_run("viewer-doc-run")
+    # The token comes from the environment, as the document sets it (a
+    # --token would be visible to every user in the process list).
+    exported = _exported(lines)
+    assert "PRIME_RUNS_OTEL_UI_TOKEN" in exported
     for line in served:
         command = subprocess.run(
             ["bash", "-c", f"printf '%s\\n' {line[len('prime-runs-otel ui') :]}"],
@@ -129,7 +148,7 @@ def test_the_viewer_commands_run_as_written(tmp_path: Path) -> None:
         ).stdout.split("\n")[:-1]
         process = subprocess.Popen(
             ["prime-runs-otel", "ui", *command],
-            env=_env(),
+            env={**_env(), **exported},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -2,20 +2,21 @@
 could not be kept is counted on its run, and ``doctor`` says the disk is
 full.
 
-The disk is real: a small tmpfs mounted for the test (root only; skipped
-elsewhere), filled by the spool itself or by a file of somebody else's.
+The disk is real: a small tmpfs mounted for the test (root only, as the CI
+runs: see ``small_disks.py``), filled by the spool itself or by a file of
+somebody else's.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from small_disks import tmpfs
 
 import prime_runs_otel as pro
 from prime_runs_otel.cli.doctor import run_checks
@@ -25,32 +26,18 @@ from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.testing import FakePlatform
 
-#: The spool's cap: its disk reserve is a 64th of it (4 MiB here).
+#: The spool's cap: its disk reserve is a 64th of it (4 MiB), scaled down to
+#: a 16th of the 16 MiB disk (1 MiB).
 SPOOL_CAP = 256 * 1024 * 1024
-
-
-def _mount(folder: Path, size: str) -> bool:
-    folder.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)],
-        capture_output=True,
-        check=False,
-    )
-    return mounted.returncode == 0
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A 16 MiB file system of its own, holding the spool."""
-    disk = tmp_path / "disk"
-    if os.geteuid() != 0 or not _mount(disk, "16m"):
-        pytest.skip("mounting a small tmpfs needs root")
-    monkeypatch.setenv("PRIME_RUNS_OTEL_DIR", str(disk / "spool"))
-    monkeypatch.setenv("PRIME_RUNS_OTEL_SPOOL_MAX_BYTES", str(SPOOL_CAP))
-    try:
+    with tmpfs(tmp_path / "disk", "16m") as disk:
+        monkeypatch.setenv("PRIME_RUNS_OTEL_DIR", str(disk / "spool"))
+        monkeypatch.setenv("PRIME_RUNS_OTEL_SPOOL_MAX_BYTES", str(SPOOL_CAP))
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _fill(disk: Path) -> Path:

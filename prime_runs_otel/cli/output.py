@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from .._text import human_bytes as human_bytes  # said here too: commands format with it
+
 
 class PipeClosed(Exception):
     """stdout's reader went away: stop producing output (nothing is wrong)."""
@@ -109,15 +111,6 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
 
 def error(text: str) -> None:
     print(color(f"error: {text}", "31", sys.stderr), file=sys.stderr)
-
-
-def human_bytes(size: float) -> str:
-    """Binary units, the same ones the configuration documents (GiB)."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
 
 
 class Progress:

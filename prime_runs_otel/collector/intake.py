@@ -384,10 +384,15 @@ class SpanIntake:
         return refused
 
     def _full(self) -> Verdict:
+        """The answer while new episodes would be refused: which limit (the
+        disk or the cap) and what frees it; checked again at each request."""
+        problem = self.spool.room_problem() or (
+            f"the spool is at its cap of {self.spool.max_bytes} bytes until delivery frees room"
+        )
         return Verdict(
             "full",
-            f"the spool is at its cap of {self.spool.max_bytes} bytes until delivery frees "
-            f"room; retry later (or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES on the receiver)",
+            f"{problem}; retry later (the receiver's PRIME_RUNS_OTEL_SPOOL_MAX_BYTES and "
+            "PRIME_RUNS_OTEL_DIR set its cap and disk)",
             retry_after=FULL_RETRY_AFTER,
         )
 

@@ -225,7 +225,7 @@ class Receiver:
         if self.intake.commit_problem is not None:
             return self.intake.commit_problem
         if not self.intake.has_room():
-            return "the spool is at its cap; delivery has to free room first"
+            return self.spool.room_problem() or "the spool is at its cap; delivery frees room"
         return None
 
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict:

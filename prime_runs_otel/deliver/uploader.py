@@ -46,6 +46,7 @@ from .lease import Lease
 from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
 from .platform.http import PlatformError
+from .platform.watch import WATCH
 from .refusals import StopDelivery, stop_run
 from .spool import RunRow, Spool
 from .stream import EpisodeStream
@@ -91,6 +92,13 @@ class Uploader:
         self._pauses = Pauses(settings.retry_max_delay)
         self._clients = PlatformClients(settings)
         self._fleet = fleet
+        self._said_disk = False
+        self._base_url = settings.base_url
+        #: The run being advanced now (what a silent platform holds up).
+        self._current: str | None = None
+        #: Runs whose ``last_error`` says the platform did not answer, or
+        #: why their delivery paused: cleared once they get through.
+        self._noted: set[str] = set()
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
@@ -117,7 +125,15 @@ class Uploader:
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
+        if not self._said_disk:
+            # Said by the process that writes the spool and delivers it, once:
+            # a small disk refuses episodes early, and nothing else says why.
+            self._said_disk = True
+            note = self._spool.small_disk_note()
+            if note is not None:
+                logger.warning("%s", note)
         self._stopping.clear()
+        WATCH.add(self)
         self._thread = threading.Thread(
             target=self._loop, name="prime-runs-otel-uploader", daemon=True
         )
@@ -133,6 +149,7 @@ class Uploader:
         if thread is not None:
             thread.join(timeout)
         self._thread = None
+        WATCH.remove(self)
         self._lease.release()
         self._clients.close()
 
@@ -193,10 +210,12 @@ class Uploader:
                 return
             if self._pauses.waiting(run.local_id):
                 continue
+            self._current = run.local_id
             try:
                 self._advance(run)
             except Backoff as pause:
                 self._pauses.pause(run, pause)
+                self._note(run.local_id, str(pause.cause))
             except StopDelivery as stop:
                 if run.closed:
                     # Over on the platform: stopping would reopen it. Its late
@@ -218,6 +237,51 @@ class Uploader:
                 self._pauses.pause(run, Backoff(PlatformError(f"{type(exc).__name__}: {exc}")))
             else:
                 self._pauses.clear(run.local_id)
+                self._clear_note(run.local_id)
+            finally:
+                self._current = None
+
+    # -- a platform that does not answer ----------------------------------------
+
+    def platform_silent(self, what: str, seconds: float) -> None:
+        """Called by :data:`.platform.watch.WATCH` while a request waits: say
+        at once (not after the read timeout) that the platform cannot be
+        reached, where the episodes are, and record it on the run."""
+        local_id = self._current
+        if local_id is None:
+            return
+        reason = (
+            f"the platform at {self._base_url} has not answered {what} for {seconds:.0f}s: it "
+            "cannot be reached from here now"
+        )
+        logger.warning(
+            "Run %s: %s. Its episodes are kept locally in %s and delivered when the platform "
+            "answers; if this process ends first, `prime-runs-otel push %s` delivers them later.",
+            shown(local_id),
+            reason,
+            shown(str(self._spool.path)),
+            shown(local_id),
+        )
+        self._note(local_id, reason)
+
+    def platform_answers(self) -> None:
+        if self._noted:
+            logger.warning("The platform at %s answers again; delivery goes on", self._base_url)
+
+    def _note(self, local_id: str, reason: str) -> None:
+        """Record why the run waits as its ``last_error`` (``show``, the
+        run's result), until it gets through."""
+        try:
+            self._spool.update_run(local_id, last_error=reason)
+        except Exception as exc:  # the note is a courtesy: delivery goes on
+            logger.debug("could not record the error on run %s: %s", local_id, exc)
+            return
+        self._noted.add(local_id)
+
+    def _clear_note(self, local_id: str) -> None:
+        if local_id in self._noted:
+            self._noted.discard(local_id)
+            self._spool.update_run(local_id, last_error=None)
 
     def _owned_here(self, run: RunRow) -> RunRow | None:
         """With a fleet: ``run`` as this serve, its owner, goes on with it, or

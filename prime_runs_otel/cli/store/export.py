@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from typing import Any, TextIO
+from typing import Any
 
 from ..._json import loads as fast_loads
 from ..._text import one_line
@@ -22,6 +21,7 @@ from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, stdout_gone
 from .export_otlp import export_otlp
 from .lookup import find, open_store
+from .output_file import private_output
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -36,27 +36,11 @@ def cmd_export(args: argparse.Namespace) -> int:
             "metrics. Its averages are in `--what summary`, its episodes in `--what episodes`"
         )
     if args.output:
-        with _output_file(args.output) as out:
+        with private_output(args.output, force=args.force) as out:
             code = _export(spool, run, args.what, out)
         print(f"wrote {args.what} of run {run.local_id} to {args.output}", file=sys.stderr)
         return code
     return _export(spool, run, args.what, sys.stdout)
-
-
-def _output_file(path: str) -> TextIO:
-    """``-o FILE`` opened for writing, or a usage error that says what to change
-    (a missing folder is not created: a typo in it would scatter files)."""
-    try:
-        return open(path, "w", encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(
-            f"cannot write {path!r}: the folder {os.path.dirname(path) or '.'!r} does not exist; "
-            "create it first (mkdir -p), or pass another -o FILE"
-        ) from None
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {path!r} ({exc.strerror or exc}); pass another -o FILE"
-        ) from None
 
 
 def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
@@ -128,7 +112,17 @@ def add_export_command(commands: Any, common: argparse.ArgumentParser) -> None:
         help="legacy sample rows, Prime Traces episode lines, the run summary, or training "
         "step metrics (default: samples)",
     )
-    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write to FILE instead of stdout, readable by you only (mode 600, as the store)",
+    )
+    export.add_argument(
+        "--force",
+        action="store_true",
+        help="with -o: write through a symbolic link at FILE (refused otherwise)",
+    )
     export.add_argument(
         "--otlp",
         metavar="URL",

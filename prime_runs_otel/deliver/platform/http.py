@@ -22,6 +22,7 @@ from prime_traces.core.client import AMBIGUOUS_TRANSPORT_ERRORS, raise_for_respo
 from prime_traces.exceptions import APIError, ForbiddenError, RetryableAPIError
 
 from ... import __version__
+from .watch import WATCH
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 #: Sample batches and trace uploads are tens of megabytes.
@@ -175,9 +176,11 @@ def send_once(send: Callable[[], httpx.Response], what: str) -> dict[str, Any]:
     object, or :class:`PlatformError` saying whether it may be retried and
     whether it may have acted. Every JSON API of the platform answers alike."""
     try:
-        response = send()
+        with WATCH.waiting(what):
+            response = send()
     except httpx.RequestError as exc:
         raise classify_transport_error(exc, what) from exc
+    WATCH.answered()
     failure = classify_response(response, what)
     if failure is not None:
         raise failure

@@ -32,6 +32,7 @@ from .http import (
     tls_context,
     user_agent,
 )
+from .watch import WATCH
 
 SERVICE_NOT_ENABLED = "service_not_enabled"
 GZIP_LEVEL = 3
@@ -84,13 +85,15 @@ class TracesAPI:
         )
         headers = {"Idempotency-Key": key, "X-Prime-Line-Format": LineFormat.EPISODE.value}
         try:
-            response = self._client.post(
-                self._url,
-                headers=headers,
-                files={"metadata": metadata_part, "traces": traces_part},
-            )
+            with WATCH.waiting("Prime Traces upload"):
+                response = self._client.post(
+                    self._url,
+                    headers=headers,
+                    files={"metadata": metadata_part, "traces": traces_part},
+                )
         except httpx.RequestError as exc:
             raise classify_transport_error(exc, "Prime Traces upload") from exc
+        WATCH.answered()
         failure = classify_response(response, "Prime Traces upload")
         if failure is not None:
             raise failure

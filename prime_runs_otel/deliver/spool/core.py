@@ -13,7 +13,6 @@ connection.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
@@ -28,7 +27,7 @@ from typing import Any, TypeVar
 
 from ..._text import shown
 from ...errors import PrimeRunsOtelError
-from . import schema
+from . import files, schema
 
 logger = logging.getLogger(__name__)
 
@@ -185,10 +184,12 @@ class SpoolCore:
                 "Set PRIME_RUNS_OTEL_DIR to a writable folder."
             ) from exc
         _warn_if_shared(self.path.parent)
+        _refuse_unsafe(self.path)
         _create_private(self.path)
         self._writer_db: sqlite3.Connection | None = None
         self._writer_pid = 0
         self._init_schema()
+        _refuse_unsafe(self.path)  # again, with the companions SQLite made by now
 
     @property
     def read_only(self) -> bool:
@@ -489,10 +490,15 @@ def _create_private(path: Path) -> None:
             "back",
             path,
         )
-    if status.st_mode & 0o077 and status.st_uid == os.getuid():
-        for member in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-            with contextlib.suppress(OSError):
-                member.chmod(0o600)
+    files.tighten_modes(path)
+
+
+def _refuse_unsafe(path: Path) -> None:
+    """Stop before writing a store file that is not this user's alone
+    (another user's, writable by others, a link): see ``files.py``."""
+    problem = files.store_problem(path)
+    if problem is not None:
+        raise SpoolError(problem)
 
 
 #: An empty spool file younger than this is another process creating it.

@@ -24,6 +24,13 @@ for when something else fills the disk. The process
 that delivers releases it when the disk is (nearly) full, drains the spool
 into it (each delivered upload frees the pages the next one reuses), and
 takes it back once the disk has room again.
+
+On a small disk the reserve shrinks with it (a 16th of the disk's size,
+:func:`reserve_for`): a fixed 4 MiB would be the whole of a 4 MiB disk, and
+every episode refused with nearly all of it free. Nothing about the disk
+is remembered: its size and free room are read again at each check, so a
+disk that grows (or that somebody else frees) is used at once, without a
+restart.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import sqlite3
 from contextlib import suppress
 from pathlib import Path
 
-from ..._text import shown
+from ..._text import human_bytes, shown
 from .core import SpoolCore, SpoolFullError
 from .rows import chunks
 
@@ -48,6 +55,10 @@ WARN_FRACTION = 0.8
 RESERVE_FRACTION = 1 / 64
 MIN_RESERVE_BYTES = 4 * 1024 * 1024
 MAX_RESERVE_BYTES = 32 * 1024 * 1024
+#: On a disk smaller than 16 full reserves, the reserve is this share of the
+#: disk instead (256 KiB of a 4 MiB disk), and never less than the floor.
+SMALL_DISK_SHARE = 1 / 16
+SMALL_DISK_MIN_RESERVE = 64 * 1024
 #: The reserve is taken (back) once the disk has this many reserves' worth
 #: free, and not before it has fewer than ``TAKE_BELOW_RESERVES``: a disk
 #: with gigabytes free needs none (nor do the thousands of spools of a test
@@ -63,6 +74,25 @@ def disk_free(folder: Path) -> int | None:
     except OSError:
         return None
     return stat.f_bavail * stat.f_frsize
+
+
+def disk_total(folder: Path) -> int | None:
+    """The size of ``folder``'s disk, read now (a disk may grow)."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    return stat.f_blocks * stat.f_frsize
+
+
+def reserve_for(max_bytes: int, total: int | None) -> int:
+    """The disk reserve of a spool capped at ``max_bytes`` on a disk of
+    ``total`` bytes: a 64th of the cap within 4 and 32 MiB, and no more than
+    a 16th of the disk (see the module's docstring)."""
+    full = min(MAX_RESERVE_BYTES, max(MIN_RESERVE_BYTES, int(max_bytes * RESERVE_FRACTION)))
+    if total is None:
+        return full
+    return min(full, max(SMALL_DISK_MIN_RESERVE, int(total * SMALL_DISK_SHARE)))
 
 
 #: Runs whose delivery stopped (``RunRow.stopped``) take no room from the
@@ -121,9 +151,44 @@ class SpoolSize(SpoolCore):
 
     @property
     def reserve_bytes(self) -> int:
-        """Room on the disk kept for delivery (see the module's docstring)."""
-        share = int(self.max_bytes * RESERVE_FRACTION)
-        return min(MAX_RESERVE_BYTES, max(MIN_RESERVE_BYTES, share))
+        """Room on the disk kept for delivery (see the module's docstring),
+        for the disk's size now."""
+        return reserve_for(self.max_bytes, disk_total(self.path.parent))
+
+    def small_disk_note(self) -> str | None:
+        """A sentence for the log at start when the disk is too small for
+        the full reserve, so the scaled-down one (and why episodes may be
+        refused early) is no surprise; ``None`` on a disk of usual size."""
+        total = disk_total(self.path.parent)
+        reserve = reserve_for(self.max_bytes, total)
+        full = reserve_for(self.max_bytes, None)
+        if total is None or reserve >= full:
+            return None
+        return (
+            f"The spool {shown(str(self.path))} is on a small disk ({human_bytes(total)}): "
+            f"{human_bytes(reserve)} of it is kept for delivery (the spool's reserve; "
+            f"{human_bytes(full)} on a disk of {human_bytes(16 * full)} or more). New episodes "
+            "are refused, and counted, once less than that is free; room freed on the disk, "
+            "or a larger disk, is used at once. A larger disk for PRIME_RUNS_OTEL_DIR holds more."
+        )
+
+    def room_problem(self) -> str | None:
+        """Why new episodes would be refused now (the disk, or the cap), for
+        an answer that says which; ``None`` when there is room."""
+        left = self.disk_left_for_episodes()
+        if left is not None and left <= 0:
+            free = self.disk_free() or 0
+            return (
+                f"the disk holding the spool has {human_bytes(free)} free, short of the "
+                f"{human_bytes(self.reserve_bytes)} kept for delivery: free space on it or move "
+                "PRIME_RUNS_OTEL_DIR to a larger disk (room that appears is used at once)"
+            )
+        if self.has_room():
+            return None
+        return (
+            f"the spool is at its cap of {self.max_bytes} bytes until delivery frees room "
+            "(or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES)"
+        )
 
     @property
     def reserve_path(self) -> Path:
