@@ -20,6 +20,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.platform.rft import RftAPI, TrainingFields, external_run_payload
@@ -600,3 +602,62 @@ def test_one_launcher_command_reaches_the_orchestrator_and_the_trainer(
     assert sorted(posts, key=_sort_key) == sorted(
         [*_orchestrator_rows(3), *_trainer_rows(3)], key=_sort_key
     )
+
+
+_SCALARS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**53), max_value=2**53),
+    st.booleans(),
+    st.text(max_size=8),
+    st.none(),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _standin_sanitize() -> Any:
+    """The stand-in's copy of prime-rl's ``sanitize``, loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "standin_utils", STANDIN / "prime_rl" / "utils" / "utils.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sanitize
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=10), _VALUES, max_size=8), st.integers(0, 10**6))
+def test_a_metrics_dict_becomes_the_row_prime_rl_posts(metrics: dict[str, Any], step: int) -> None:
+    """Any metrics dict (it comes from the trainer's code): the row is what
+    prime-rl's ``sanitize`` leaves, key for key, in order, with the same
+    types, and it reads back from its span unchanged."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from prime_runs_otel.instrumentation.prime_rl.monitor import metrics_row
+    from prime_runs_otel.produce.run_spans import emit_metrics
+    from prime_runs_otel.read.checks import read_span
+    from prime_runs_otel.read.records import RunMetrics
+    from prime_runs_otel.read.spans import from_readable_span
+
+    expected, _ = _standin_sanitize()(metrics)
+    row, _, refused = metrics_row(metrics, step)
+    assert refused == []
+    assert _leaves(row) == _leaves(expected)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    emit_metrics(provider.get_tracer("test"), row, step=step, verbatim=True)
+    [span] = exporter.get_finished_spans()
+    read = read_span(from_readable_span(span))
+    assert isinstance(read, RunMetrics) and read.verbatim
+    assert _leaves(read.row()) == _leaves(expected)
