@@ -487,7 +487,9 @@ class Run:
         self._provider.force_flush()
         self._exporter.add_step_table(self.id, step, body)
 
-    def log_metrics(self, values: Mapping[str, Any], *, step: int | None = None) -> int | None:
+    def log_metrics(
+        self, values: Mapping[str, Any], *, step: int | None = None, verbatim: bool = False
+    ) -> int | None:
         """Report one training step's metrics; returns the step.
 
         ``step`` (or ``values["step"]``) is required. Non-finite numbers are
@@ -495,6 +497,9 @@ class Run:
         row per step, so logging a step again adds its values to that row
         (a name logged again takes the new value). An eval run
         has no step metrics: there this does nothing (and says so once).
+        ``verbatim``: the row is posted exactly as given, a post of its own
+        (``emit_metrics``'s ``verbatim``), for an instrumentation reporting a
+        framework's rows as the framework posts them.
         """
         with self._lock:
             if self._finished:
@@ -511,7 +516,12 @@ class Run:
                 )
             return None
         step = emit_metrics(
-            self._tracer, values, step=step, link=self.start_link, metrics=self._signals.metrics
+            self._tracer,
+            values,
+            step=step,
+            link=self.start_link,
+            metrics=self._signals.metrics,
+            verbatim=verbatim,
         )
         if self._forked:  # committed now: see _record_in_child
             self._provider.force_flush()

@@ -137,7 +137,25 @@ RUN_METRICS_SPAN: Final = "prime.run.metrics"
 RUN_METRICS_VALUES: Final = "prime.run.metrics.values"
 #: Epoch seconds the values were logged at (the row's ``_timestamp``).
 RUN_METRICS_TIMESTAMP: Final = "prime.run.metrics.timestamp"
+#: ``True``: the row is posted exactly as logged, a post of its own (not
+#: merged into its step's row), its keys in order, ``step`` as written (a
+#: float stays a float), no ``_timestamp``. The values blob is then the whole
+#: row. A property of the source: the ``prime_rl`` instrumentation sets it,
+#: since prime-rl's own monitor posts every metrics dict so.
+RUN_METRICS_VERBATIM: Final = "prime.run.metrics.verbatim"
 # The step travels as RUN_STEP, the same attribute episodes carry.
+
+# --------------------------------------------------------------------------
+# Samples span: one Parquet object of a training step's sample table, as the
+# producer wrote it (``prime_rl``: prime-rl's own table), so that ``serve``
+# sends the same object as a process delivering in place. The step travels
+# as RUN_STEP.
+# --------------------------------------------------------------------------
+
+RUN_SAMPLES_SPAN: Final = "prime.run.samples"
+#: Blob holding the Parquet object as base64 text, its ``run_id`` column
+#: empty (the platform's id is filled in when it is sent).
+RUN_SAMPLES_PARQUET: Final = "prime.run.samples.parquet"
 
 # --------------------------------------------------------------------------
 # Episode span: one rollout. Identified by the presence of EPISODE_ID, not by

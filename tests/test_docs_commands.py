@@ -178,3 +178,71 @@ def test_the_viewer_commands_run_as_written(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+#: What docs/quickstart-prime-rl.md's lines name that the tests cannot have,
+#: and what stands in for each: the reader's prime-rl clone and environment
+#: (this package is installed in the tests' own), and prime-rl's `rl` (the
+#: stand-in's, which starts its trainer and orchestrator as `rl` does).
+PRIME_RL_NOT_HERE = {
+    "cd prime-rl": "the tests run in a folder of their own",
+    "uv pip install -e /path/to/prime-runs-otel": "installed in the tests' environment",
+    ". .venv/bin/activate": "prime-runs-otel is on the tests' PATH",
+}
+
+
+def test_the_prime_rl_quickstart_runs_as_written(tmp_path: Path, platform: FakePlatform) -> None:
+    """Every command of the recipe, in order: `rl` behind the launcher without
+    a key keeps the run locally, the store commands show it, and `push` with
+    a key leaves on the platform exactly what prime-rl's own monitor leaves
+    for the same run (tests/test_prime_rl.py's comparison)."""
+    import tomllib
+    from test_prime_rl import STANDIN, assert_same_records
+    from test_prime_rl import _env as prime_rl_env
+
+    from prime_runs_otel.config import resolve_settings
+    from prime_runs_otel.deliver.spool import Spool
+
+    text = (ROOT / "docs" / "quickstart-prime-rl.md").read_text()
+    [config] = re.findall(r"```toml\n(.*?)```", text, re.S)
+    name = tomllib.loads(re.sub(r"(?m)^ +", "", config))["monitors"]["prime"]["name"]
+    rl = [sys.executable, str(STANDIN / "rl.py"), str(tmp_path / "outputs")]
+    rl += ["--max-steps", "12", "--name", name, "--quiet-steps"]
+
+    own = subprocess.run(rl, env=prime_rl_env(platform), capture_output=True, text=True)
+    assert own.returncode == 0, own.stderr
+    [own_run] = platform.runs()
+
+    keyless = {k: v for k, v in prime_rl_env(platform).items() if k != "PRIME_API_KEY"}
+    env = {**keyless, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    lines = shell_lines(ROOT / "docs" / "quickstart-prime-rl.md")
+    assert [line for line in lines if line in PRIME_RL_NOT_HERE] == list(PRIME_RL_NOT_HERE)
+    run_id = None
+    for line in lines:
+        if line in PRIME_RL_NOT_HERE:
+            continue
+        if line.startswith("export "):
+            assert line == "export PRIME_API_KEY=..."
+            env["PRIME_API_KEY"] = platform.api_key
+            continue
+        command = shlex.split(line)
+        if command[:3] == ["prime-runs-otel", "run", "--"]:
+            assert command[3:] == ["rl", "@", "rl.toml"], line
+            command = [*command[:3], *rl]
+        if run_id is not None:
+            command = [run_id if word == "RUN" else word for word in command]
+        done = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+        assert "Traceback" not in done.stderr, line
+        if command[1] == "run":
+            assert len(platform.runs()) == 1  # kept locally: no key
+            [stored] = Spool(resolve_settings().spool_path, max_bytes=10**9).runs()
+            run_id = stored.local_id
+        if command[1:3] == ["export", run_id]:
+            rows = [json.loads(row) for row in done.stdout.splitlines()]
+            assert rows == platform.metrics_posts(own_run.id)  # as prime-rl posts them
+    ours = next(run for run in platform.runs() if run.id != own_run.id)
+    assert ours.name == name and ours.status == "COMPLETED"
+    assert_same_records(platform, own_run, ours, "samples[*].rows[*].created_at")

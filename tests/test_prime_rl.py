@@ -8,7 +8,9 @@ leaves there compared field by field, for every way the loop can end."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +20,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.platform.rft import RftAPI, TrainingFields, external_run_payload
@@ -99,50 +103,126 @@ def _table(platform: FakePlatform, run_id: str) -> list[tuple[int, list[dict[str
     return sorted(tables, key=lambda item: item[0])
 
 
-def _schema(platform: FakePlatform, run_id: str) -> list[tuple[str, str]]:
-    [first, *_] = platform.training_samples(run_id)
-    schema = pq.read_schema(io.BytesIO(first.data))
-    return [(field.name, str(field.type)) for field in schema]
-
-
 def _posted_rows(platform: FakePlatform, run_id: str) -> dict[int, dict[str, Any]]:
-    """Every metrics row posted, merged per step (what a platform keeping
-    every key of a step holds), without this package's ``_timestamp``."""
+    """Every metrics row posted, merged per whole step."""
     merged: dict[int, dict[str, Any]] = {}
     for row in platform.metrics_posts(run_id):
-        row = {key: value for key, value in row.items() if key != "_timestamp"}
         merged.setdefault(int(row["step"]), {}).update(row)
-    for row in merged.values():
-        row["step"] = int(row["step"])
     return merged
 
 
+# -- what the platform holds of a run, field by field ----------------------------------
+
+#: Where this package's records may differ from prime-rl's own, and why; a
+#: test names the ones its exit path makes (and every one must occur).
+INTENDED = {
+    "samples[*].rows[*].created_at": "when each side wrote its table (prime-rl: the same)",
+    "error_message": "the reason the run ended, in the status request's own field, which "
+    "prime-rl leaves empty",
+    "status": "after SIGKILL the run is closed as crashed instead of left RUNNING for ever",
+}
+
+
+def _records(platform: FakePlatform, run: Any) -> dict[str, Any]:
+    """Every record of ``run`` that prime-rl's PrimeMonitor sends, as the
+    platform holds it: the create request, each metrics post in arrival
+    order, each confirmed Parquet object (its step, schema, rows; the run's
+    own id in its ``run_id`` column written as ``<run id>``), the final
+    status."""
+    samples = []
+    for stored in sorted(platform.training_samples(run.id), key=lambda stored: stored.step):
+        table = pq.read_table(io.BytesIO(stored.data))
+        rows = table.to_pylist()
+        for row in rows:
+            if row.get("run_id") == run.id:
+                row["run_id"] = "<run id>"
+        samples.append(
+            {
+                "step": stored.step,
+                "schema": [(field.name, str(field.type), field.nullable) for field in table.schema],
+                "schema_metadata": table.schema.metadata,
+                "num_rows": table.num_rows,
+                "rows": rows,
+            }
+        )
+    return {
+        "create": run.create_payload,
+        "metrics": platform.metrics_posts(run.id),
+        "samples": samples,
+        "status": run.status,
+        "error_message": run.error_message,
+    }
+
+
+def _leaves(value: Any, path: str = "") -> dict[str, str]:
+    """Each leaf of ``value`` by its path, written with its type (``10.0
+    (float)``, never equal to ``10 (int)``), and the key order of each
+    object as a leaf of its own (``metrics[3]{keys}``)."""
+    if isinstance(value, dict):
+        leaves = {f"{path}{{keys}}": repr(list(value))}
+        for key, item in value.items():
+            leaves.update(_leaves(item, f"{path}.{key}" if path else str(key)))
+        return leaves
+    if isinstance(value, (list, tuple)):
+        leaves = {f"{path}[len]": str(len(value))}
+        for index, item in enumerate(value):
+            leaves.update(_leaves(item, f"{path}[{index}]"))
+        return leaves
+    return {path: f"{value!r} ({type(value).__name__})"}
+
+
+def _differences(own: dict[str, Any], ours: dict[str, Any]) -> dict[str, str]:
+    """Every path where the two records differ, with both sides."""
+    mine, theirs = _leaves(ours), _leaves(own)
+    return {
+        path: f"prime-rl {theirs.get(path, '(absent)')}, ours {mine.get(path, '(absent)')}"
+        for path in [*theirs, *(path for path in mine if path not in theirs)]
+        if theirs.get(path) != mine.get(path)
+    }
+
+
+def _pattern_of(path: str) -> str:
+    return re.sub(r"\[\d+\]", "[*]", path)
+
+
+def assert_same_records(platform: FakePlatform, own: Any, ours: Any, *intended: str) -> None:
+    """What this package left on the platform is what prime-rl's own monitor
+    left, field by field, except exactly the ``intended`` differences
+    (keys of ``INTENDED``), each of which must occur."""
+    differences = _differences(_records(platform, own), _records(platform, ours))
+    unexplained = [
+        f"  {path}: {both}"
+        for path, both in differences.items()
+        if _pattern_of(path) not in intended
+    ]
+    assert not unexplained, "records differ from prime-rl's own:\n" + "\n".join(unexplained)
+    occurred = {_pattern_of(path) for path in differences}
+    missing = [f"  {name}: {INTENDED[name]}" for name in intended if name not in occurred]
+    assert not missing, "intended differences that did not occur:\n" + "\n".join(missing)
+
+
+def test_the_comparison_sees_a_float_step_a_merged_row_and_a_timestamp() -> None:
+    """What the comparison is for: an eval row's ``10.0`` against ``10``, two
+    posts against one, an added ``_timestamp``, each a difference it names."""
+    own = {"metrics": [{"a": 1, "step": 10}, {"b": 2.0, "step": 10.0}]}
+    merged = {"metrics": [{"a": 1, "step": 10, "b": 2.0, "_timestamp": 5.0}]}
+    floats = {"metrics": [{"a": 1, "step": 10}, {"b": 2.0, "step": 10}]}
+    reordered = {"metrics": [{"step": 10, "a": 1}, {"b": 2.0, "step": 10.0}]}
+    assert _differences(own, own) == {}
+    assert set(_differences(own, merged)) == {
+        "metrics[len]",
+        "metrics[0]{keys}",
+        "metrics[0].b",
+        "metrics[0]._timestamp",
+        "metrics[1]{keys}",
+        "metrics[1].b",
+        "metrics[1].step",
+    }
+    assert _differences(own, floats) == {"metrics[1].step": "prime-rl 10.0 (float), ours 10 (int)"}
+    assert set(_differences(own, reordered)) == {"metrics[0]{keys}"}
+
+
 # -- the same loop, reported through this package -----------------------------------
-
-
-def _compare(platform: FakePlatform, own: Any, ours: Any, *, steps: int, tables: list[int]) -> None:
-    """What prime-rl's own monitor left against what this package left: the
-    same create request, every value of every step prime-rl's rows reached
-    the platform, every one of the ``steps`` rows, and the same sample
-    tables (at steps ``tables``).
-
-    prime-rl's metrics rows and uploads are fire-and-forget tasks: one whose
-    request fails (a dropped connection) is a warning and a hole, and those
-    still in flight when the loop dies (an exception, Ctrl-C, SIGKILL) die
-    with it. So what it left is compared as a part of what this package
-    left, which holds every row and table logged."""
-    assert ours.create_payload == own.create_payload
-    rows = _posted_rows(platform, ours.id)
-    assert sorted(rows) == list(range(steps))
-    for step, row in _posted_rows(platform, own.id).items():
-        # Each key prime-rl's posts for the step left, with the same value: a
-        # step's eval row is a post of its own, and may be the one it lost.
-        assert row.items() <= rows[step].items(), (step, row, rows[step])
-    ours_tables = _table(platform, ours.id)
-    assert [step for step, _ in ours_tables] == tables
-    assert all(table in ours_tables for table in _table(platform, own.id))
-    if platform.training_samples(own.id):
-        assert _schema(platform, ours.id) == _schema(platform, own.id)
 
 
 def test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout(
@@ -152,7 +232,8 @@ def test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout(
     of a step after its train row, with a float step; NaN dropped), writes
     the effective train cohort of every 10th step as one Parquet object, and
     finalizes the run on a clean exit. Under opentelemetry-instrument and
-    under the launcher the platform gets the same, and every rollout."""
+    under the launcher the platform gets exactly the same records, and every
+    rollout besides (on Prime Traces, a place prime-rl's monitor does not use)."""
     args = ("--name", "standin", "--nan-at", "3", "--quiet-steps")
     done = _orchestrate("own", platform, tmp_path, *args)
     assert done.returncode == 0, done.stderr
@@ -171,7 +252,7 @@ def test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout(
         done = _orchestrate(how, platform, tmp_path, *args)
         assert done.returncode == 0, done.stderr
         ours = _new_run(platform, before)
-        _compare(platform, own, ours, steps=12, tables=[0, 10])
+        assert_same_records(platform, own, ours, "samples[*].rows[*].created_at")
         assert ours.status == "COMPLETED"
         # Beyond prime-rl: every rollout (12 steps x 4, two evals x 2) on Prime Traces.
         assert len(platform.episodes(ours.id)) == 12 * 4 + 2 * 2
@@ -196,7 +277,8 @@ def _hang_then(
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "HANG"
     if how != "own":
-        _wait_for_the_spool(rows=2, episodes=2 * 4 + 2)
+        # Steps 0 and 1: their train rows and step 0's eval row.
+        _wait_for_the_spool(rows=3, episodes=2 * 4 + 2)
     process.send_signal(sig)
     process.communicate(timeout=120)
     return process
@@ -243,7 +325,7 @@ def test_an_exception_fails_the_run_with_its_reason(platform: FakePlatform, tmp_
     assert done.returncode == 1
     assert "the dispatcher stopped at step 2" in done.stderr  # the traceback is still shown
     ours = _new_run(platform, {own.id})
-    _compare(platform, own, ours, steps=2, tables=[0])
+    assert_same_records(platform, own, ours, "samples[*].rows[*].created_at", "error_message")
     assert ours.status == own.status == "FAILED"
     assert own.error_message is None
     assert ours.error_message == "RuntimeError: the dispatcher stopped at step 2"
@@ -257,7 +339,7 @@ def test_ctrl_c_cancels_the_run(platform: FakePlatform, tmp_path: Path) -> None:
     ours_process = _hang_then("launcher", platform, tmp_path, signal.SIGINT)
     assert ours_process.returncode != 0
     ours = _new_run(platform, {own.id})
-    _compare(platform, own, ours, steps=2, tables=[0])
+    assert_same_records(platform, own, ours, "samples[*].rows[*].created_at", "error_message")
     assert ours.status == own.status == "FAILED"  # the RFT API knows completed and failed only
     assert ours.error_message == "cancelled: interrupted (Ctrl-C)"
 
@@ -272,7 +354,9 @@ def test_sigkill_leaves_prime_rl_s_run_running_and_ours_closed_as_crashed(
     assert own.status == "RUNNING"  # for ever
     _push_all(platform)
     ours = platform.run(ours.id)
-    _compare(platform, own, ours, steps=2, tables=[0])
+    assert_same_records(
+        platform, own, ours, "samples[*].rows[*].created_at", "status", "error_message"
+    )
     assert ours.status == "FAILED"
     assert (ours.error_message or "").startswith("crashed")
     assert len(platform.episodes(ours.id)) == 2 * 4 + 2
@@ -302,7 +386,7 @@ def test_run_id_attaches_instead_of_creating(platform: FakePlatform, tmp_path: P
     assert done.returncode == 0, done.stderr
     assert _ids(platform) == {own_id, ours_id}  # nothing registered a second time
     own, ours = platform.run(own_id), platform.run(ours_id)
-    _compare(platform, own, ours, steps=12, tables=[0, 10])
+    assert_same_records(platform, own, ours, "samples[*].rows[*].created_at")
     assert ours.status == own.status == "COMPLETED"
 
 
@@ -328,12 +412,13 @@ def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
     assert done.returncode == 0, done.stderr
     [run] = platform.runs()
     assert run.status == "COMPLETED"
-    rows = platform.training_metrics(run.id)
-    assert [row["step"] for row in rows] == [0, 1, 2]
-    for row in rows:
-        assert row["optim/lr"] == 1e-6  # the trainer's, two dicts a step
-        assert row["perf/throughput"] == 1000.0 + row["step"]
-        assert row["progress/rollouts"] == 4  # the orchestrator's
+    posts = platform.metrics_posts(run.id)
+    # The orchestrator's rows as prime-rl posts them; the trainer's, two dicts
+    # a step, posts of their own beside them, never inside prime-rl's rows.
+    assert sorted(posts, key=_sort_key) == sorted(
+        [*_orchestrator_rows(3), *_trainer_rows(3)], key=_sort_key
+    )
+    assert [post for post in posts if "progress/rollouts" in post] == _orchestrator_rows(3)
 
     alone = subprocess.run(
         _command("launcher", TRAIN, "--output-dir", out, "--max-steps", "3"),
@@ -344,6 +429,30 @@ def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
     )
     assert alone.returncode == 0, alone.stderr
     assert Spool(resolve_settings().spool_path, max_bytes=10**9).run("prime-rl-launch-2") is None
+
+
+def _orchestrator_rows(steps: int) -> list[dict[str, Any]]:
+    """The stand-in orchestrator's train rows, as prime-rl posts them."""
+    return [
+        {
+            "train/agg/reward/mean/all": 0.5 + step / 100,
+            "progress/rollouts": 4,
+            "time/step": 0.25,
+            "step": step,
+        }
+        for step in range(steps)
+    ]
+
+
+def _trainer_rows(steps: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for step in range(steps):
+        rows += [{"perf/throughput": 1000.0 + step, "step": step}, {"optim/lr": 1e-6, "step": step}]
+    return rows
+
+
+def _sort_key(row: dict[str, Any]) -> str:
+    return json.dumps(row, sort_keys=True)
 
 
 def test_what_the_platform_cannot_take_is_counted_and_training_goes_on(
@@ -371,13 +480,22 @@ def test_what_the_platform_cannot_take_is_counted_and_training_goes_on(
     assert len(warnings) == 3 + 1, done.stderr  # one per kind, then the counts at finalize
 
 
-def test_behind_a_collector_serve_reports_the_run(platform: FakePlatform, tmp_path: Path) -> None:
-    """OTEL_TRACES_EXPORTER=otlp: the orchestrator only sends OTLP (no
-    credential of its own); `serve` registers the run, sends its rows and
-    rollouts and completes it. The Parquet tables are written in process
-    only (quickstart-prime-rl.md says so)."""
+def test_behind_a_collector_serve_leaves_what_prime_rl_leaves(
+    platform: FakePlatform, tmp_path: Path
+) -> None:
+    """OTEL_TRACES_EXPORTER=otlp: the orchestrator only sends OTLP to `serve`
+    on loopback (no credential of its own); `serve` registers the run and
+    sends the same records prime-rl's own monitor sends, as in process: the
+    create request, every metrics row as posted (the eval rows at float
+    steps), each Parquet object (written by the orchestrator, carried on a
+    ``prime.run.samples`` span, the run's id filled in by `serve`), the
+    final status."""
     from test_receiver import ServeProcess, serve_env
 
+    args = ("--name", "behind", "--nan-at", "3", "--quiet-steps")
+    done = _orchestrate("own", platform, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    own = _new_run(platform, set())
     serve = ServeProcess(tmp_path, serve_env(tmp_path, platform)).start()
     try:
         otlp = {
@@ -387,20 +505,17 @@ def test_behind_a_collector_serve_reports_the_run(platform: FakePlatform, tmp_pa
             "OTEL_EXPORTER_OTLP_ENDPOINT": serve.url,
             "PRIME_API_KEY": "",
         }
-        args = ("--name", "behind", "--max-steps", "3", "--eval-steps", "", "--quiet-steps")
         done = _orchestrate("instrument", platform, tmp_path, *args, **otlp)
         assert done.returncode == 0, done.stderr
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not any(run.closed for run in platform.runs()):
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(
+            run.closed for run in platform.runs() if run.id != own.id
+        ):
             time.sleep(0.2)
-        [run] = platform.runs()
-        assert run.status == "COMPLETED"
-        assert run.create_payload["name"] == "behind"
-        assert run.create_payload["environments"] == [{"id": "gsm8k-demo"}]
-        assert run.create_payload["run_config"]["max_steps"] == 3
-        assert sorted(_posted_rows(platform, run.id)) == [0, 1, 2]
-        assert len(platform.episodes(run.id)) == 3 * 4
-        assert not platform.training_samples(run.id)
+        behind = _new_run(platform, {own.id})
+        assert behind.status == "COMPLETED"
+        assert_same_records(platform, own, behind, "samples[*].rows[*].created_at")
+        assert len(platform.episodes(behind.id)) == 12 * 4 + 2 * 2
     finally:
         serve.stop()
 
@@ -483,6 +598,66 @@ def test_one_launcher_command_reaches_the_orchestrator_and_the_trainer(
     assert done.returncode == 0, done.stderr
     [run] = platform.runs()
     assert run.status == "COMPLETED"
-    rows = platform.training_metrics(run.id)
-    assert [row["step"] for row in rows] == [0, 1, 2]
-    assert all("optim/lr" in row and "progress/rollouts" in row for row in rows), rows
+    posts = platform.metrics_posts(run.id)
+    assert sorted(posts, key=_sort_key) == sorted(
+        [*_orchestrator_rows(3), *_trainer_rows(3)], key=_sort_key
+    )
+
+
+_SCALARS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**53), max_value=2**53),
+    st.booleans(),
+    st.text(max_size=8),
+    st.none(),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _standin_sanitize() -> Any:
+    """The stand-in's copy of prime-rl's ``sanitize``, loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "standin_utils", STANDIN / "prime_rl" / "utils" / "utils.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sanitize
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=10), _VALUES, max_size=8), st.integers(0, 10**6))
+def test_a_metrics_dict_becomes_the_row_prime_rl_posts(metrics: dict[str, Any], step: int) -> None:
+    """Any metrics dict (it comes from the trainer's code): the row is what
+    prime-rl's ``sanitize`` leaves, key for key, in order, with the same
+    types, and it reads back from its span unchanged."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from prime_runs_otel.instrumentation.prime_rl.monitor import metrics_row
+    from prime_runs_otel.produce.run_spans import emit_metrics
+    from prime_runs_otel.read.checks import read_span
+    from prime_runs_otel.read.records import RunMetrics
+    from prime_runs_otel.read.spans import from_readable_span
+
+    expected, _ = _standin_sanitize()(metrics)
+    row, _, refused = metrics_row(metrics, step)
+    assert refused == []
+    assert _leaves(row) == _leaves(expected)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    emit_metrics(provider.get_tracer("test"), row, step=step, verbatim=True)
+    [span] = exporter.get_finished_spans()
+    read = read_span(from_readable_span(span))
+    assert isinstance(read, RunMetrics) and read.verbatim
+    assert _leaves(read.row()) == _leaves(expected)

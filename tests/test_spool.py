@@ -294,3 +294,79 @@ def test_an_identical_metrics_row_changes_nothing_and_a_new_value_is_added(
         "step": 3,
         "_timestamp": 7.0,
     }
+
+
+def test_rows_posted_as_logged_stay_rows_of_their_own_in_order(tmp_path: Path) -> None:
+    """prime-rl's train row of step 10 and its eval row (``"step": 10.0``)
+    are two rows, in the order logged, each stored as its text says (the
+    float a float, the keys in their order, no ``_timestamp``); a copy of
+    a span (same key) changes nothing; beside them a step row of the SDK
+    keeps its own form."""
+    from prime_runs_otel.deliver.spool.steps import insert_metrics
+    from prime_runs_otel.read.records import RunMetrics
+
+    spool = Spool(tmp_path / "spool.sqlite3", max_bytes=10**9)
+    train = RunMetrics(10, {"loss": 0.5, "step": 10}, 5.0, verbatim=True, key="a")
+    evaluation = RunMetrics(10, {"eval/r": 0.75, "step": 10.0}, 6.0, verbatim=True, key="b")
+    later = RunMetrics(11, {"step": 11, "loss": 0.25}, 7.0, verbatim=True, key="c")
+    sdk = RunMetrics(12, {"lr": 1e-06}, 8.0)
+    with spool._transaction() as db:
+        insert_metrics(db, "run", [train, evaluation, later], 5.0)
+        insert_metrics(db, "run", [evaluation, sdk], 6.0)  # a collector's retry, and the SDK's
+    rows = spool.pending_metrics("run")
+    assert [row.row for row in rows] == [
+        '{"loss":0.5,"step":10}',
+        '{"eval/r":0.75,"step":10.0}',
+        '{"step":11,"loss":0.25}',
+        '{"_timestamp": 8.0, "lr": 1e-06, "step": 12}',
+    ]
+    assert [(row.step, row.verbatim) for row in rows] == [
+        (10, True),
+        (10, True),
+        (11, True),
+        (12, False),
+    ]
+    assert spool.end_metrics("run", rows[1], "delivered")
+    assert [row.row for row in spool.pending_metrics("run")][:2] == [rows[0].row, rows[2].row]
+    assert [row.seq for row in spool.metrics_rows("run")] == [row.seq for row in rows]
+
+
+def test_a_schema_2_metrics_table_is_rebuilt_with_its_rows(tmp_path: Path) -> None:
+    """Schema 2 kept one metrics row per step (its key the step): opened, the
+    table takes rows posted as logged beside them, its rows kept in step
+    order and state."""
+    from prime_runs_otel.deliver.spool.steps import insert_metrics
+    from prime_runs_otel.read.records import RunMetrics
+
+    path = tmp_path / "spool.sqlite3"
+    Spool(path, max_bytes=BIG).close()
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("DROP TABLE metrics")
+        db.execute(
+            "CREATE TABLE metrics (run_id TEXT NOT NULL, step INTEGER NOT NULL, row TEXT NOT "
+            "NULL, state TEXT NOT NULL DEFAULT 'pending', updated_at REAL NOT NULL, "
+            "PRIMARY KEY (run_id, step))"
+        )
+        db.executemany(
+            "INSERT INTO metrics VALUES ('run', ?, ?, ?, 1.0)",
+            [(2, '{"step": 2}', "pending"), (1, '{"step": 1}', "delivered")],
+        )
+        db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    db.close()
+
+    reopened = Spool(path, max_bytes=BIG)
+    assert [(row.step, row.row) for row in reopened.metrics_rows("run")] == [
+        (1, '{"step": 1}'),
+        (2, '{"step": 2}'),
+    ]
+    assert reopened.metrics_counts("run") == {"pending": 1, "delivered": 1}
+    with reopened._transaction() as db:
+        insert_metrics(db, "run", [RunMetrics(2, {"step": 2.0}, 1.0, verbatim=True, key="k")], 2)
+    assert [row.row for row in reopened.pending_metrics("run")] == ['{"step": 2}', '{"step":2.0}']
+    db = sqlite3.connect(path)
+    try:
+        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert version == (str(SCHEMA_VERSION),)
+    finally:
+        db.close()

@@ -314,3 +314,29 @@ def test_a_step_logged_again_adds_its_values_to_the_row(online: FakePlatform) ->
     [registered] = online.runs()
     [row] = online.training_metrics(registered.id)
     assert (row["step"], row["loss"], row["reward"], row["eval/reward"]) == (3, 1.0, 0.75, 0.5)
+
+
+def test_rows_posted_as_logged_are_sent_as_they_are_and_at_most_once(
+    online: FakePlatform,
+) -> None:
+    """``log_metrics(..., verbatim=True)`` (what the prime_rl instrumentation
+    sends prime-rl's rows as): each row a post of its own, exactly its keys
+    and types, in order, beside the SDK's step rows, which keep their
+    ``_timestamp``. A post the platform did not take (503) waits and goes
+    once; one whose answer was lost after the platform acted is not posted
+    a second time, as prime-rl never posts one twice."""
+    online.fail_next(1, status=503, path="/rft/metrics")
+    online.ambiguous_next(1, path="/rft/metrics")
+    run = pro.start_run(kind="train", model="base/policy", environments=["gsm8k-demo"])
+    run.log_metrics({"loss": 1.0, "step": 10}, step=10, verbatim=True)
+    run.log_metrics({"eval/reward": 0.75, "step": 10.0}, step=10, verbatim=True)
+    run.log_metrics({"lr": 1e-6}, step=11)
+    result = run.finish(timeout=60)
+    assert result.closed, result.describe()
+    [registered] = online.runs()
+    posts = online.metrics_posts(registered.id)
+    assert posts[:2] == [{"loss": 1.0, "step": 10}, {"eval/reward": 0.75, "step": 10.0}]
+    assert [type(post["step"]) for post in posts[:2]] == [int, float]
+    assert [list(post) for post in posts[:2]] == [["loss", "step"], ["eval/reward", "step"]]
+    assert posts[2]["lr"] == 1e-6 and "_timestamp" in posts[2]
+    assert len(posts) == 3  # the lost answer's row (the first, acted on) was not posted again

@@ -5,6 +5,7 @@ back with ``records.read_span``."""
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterator
 from dataclasses import replace
@@ -91,6 +92,67 @@ def test_training_fields_from_the_environment_are_text(monkeypatch: pytest.Monke
     identity = run_identity(run_resource(kind="train").attributes)
     assert identity is not None
     assert (identity.max_steps, identity.seq_len, identity.batch_size) == (300, 2048, None)
+
+
+def test_a_verbatim_metrics_span_reads_back_as_the_row_it_carries(train: Pipeline) -> None:
+    """A row posted as logged (``prime.run.metrics.verbatim``): the whole row,
+    its float step and its key order as given, no ``_timestamp``; the
+    span's whole step only says where it belongs."""
+    row = {"eval/reward": 0.75, "empty": {}, "step": 10.0}
+    assert emit_metrics(train.tracer, row, step=10, verbatim=True) == 10
+    [metrics] = train.meanings()
+    assert isinstance(metrics, RunMetrics) and metrics.verbatim and metrics.step == 10
+    assert list(metrics.row().items()) == list(row.items())
+    assert type(metrics.row()["step"]) is float
+    [view] = train.views()
+    assert view.attributes[sc.RUN_METRICS_VERBATIM] is True
+    assert metrics.key == derived_episode_id(view)  # a copy of the span is one post
+    with pytest.raises(ConfigError, match="not JSON-serialisable"):
+        emit_metrics(train.tracer, {"loss": math.nan}, step=1, verbatim=True)
+
+
+def _parquet(run_id: str) -> bytes:
+    from prime_runs_otel.read.projection import step_table_parquet
+
+    records = [synthetic_episode(index, seed=3) for index in range(3)]
+    body = step_table_parquet(records, run_id, 10)
+    assert body is not None
+    return body
+
+
+def test_a_sample_table_span_carries_the_object_and_the_run_id_is_filled_in_later(
+    train: Pipeline,
+) -> None:
+    """The producer writes the object without the platform's id; the span
+    brings its bytes whole; the id filled in gives the object written with
+    it (the same bytes every time), and an object that already names a run,
+    or is not Parquet, is refused as damaged."""
+    import pyarrow.parquet as pq
+
+    from prime_runs_otel.produce.run_spans import emit_step_table
+    from prime_runs_otel.read.projection import with_run_id
+    from prime_runs_otel.read.records import RunSamples
+
+    body = _parquet("")
+    emit_step_table(train.tracer, 10, body)
+    [table] = train.meanings()
+    assert isinstance(table, RunSamples) and (table.step, table.body) == (10, body)
+    named = with_run_id(body, "platform-run")
+    assert named == with_run_id(body, "platform-run")
+    written = pq.read_table(io.BytesIO(_parquet("platform-run")))
+    filled = pq.read_table(io.BytesIO(named))
+    assert filled.schema == written.schema
+    assert (
+        filled.drop_columns(["created_at"]).to_pylist()
+        == written.drop_columns(["created_at"]).to_pylist()
+    )
+    assert with_run_id(named, "another") == named  # a named object is left as it is
+
+    emit_step_table(train.tracer, 10, named)
+    emit_step_table(train.tracer, 20, b"not parquet")
+    refused = train.meanings()[1:]
+    assert [type(item) for item in refused] == [CorruptMetrics, CorruptMetrics]
+    assert [item.step for item in refused if isinstance(item, CorruptMetrics)] == [10, 20]
 
 
 def test_training_fields_belong_to_training_runs() -> None:

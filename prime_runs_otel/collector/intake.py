@@ -415,6 +415,7 @@ def _items_of(batch: RunBatch) -> list[RunBatch]:
     ]
     items += [RunBatch(identity=identity, episodes=[episode]) for episode in batch.episodes]
     items += [RunBatch(identity=identity, metrics=[metrics]) for metrics in batch.metrics]
+    items += [RunBatch(identity=identity, samples=[table]) for table in batch.samples]
     if batch.end is not None:
         items.append(RunBatch(identity=identity, end=batch.end))
     return items
@@ -424,7 +425,7 @@ def _item_count(batch: RunBatch) -> int:
     """The spans ``batch`` came from: one per item."""
     events = (batch.start is not None) + (batch.end is not None)
     corrupt = len(batch.corrupt) + len(batch.corrupt_metrics)
-    return len(batch.episodes) + len(batch.metrics) + corrupt + events
+    return len(batch.episodes) + len(batch.metrics) + len(batch.samples) + corrupt + events
 
 
 def _log_foreign_ends(foreign: tuple[tuple[str, str], ...]) -> None:
@@ -445,6 +446,8 @@ def _describe(item: RunBatch) -> str:
         return f"episode {shown(item.episodes[0].episode_id)}"
     if item.metrics:
         return f"the metrics of step {item.metrics[0].step}"
+    if item.samples:
+        return f"the sample table of step {item.samples[0].step}"
     if item.end is not None:
         return "the run's end"
     return "the run's start"

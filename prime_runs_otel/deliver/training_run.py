@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from .._json import clean_metric_values
 from ..errors import ConfigError
@@ -26,7 +27,7 @@ from .lifecycle import StragglerWait, close_run, fail_create, mark_created, relo
 from .platform.http import PlatformError
 from .platform.rft import RftAPI, TrainingFields, external_run_payload
 from .refusals import about_content, refused_setup
-from .spool import RunRow, Spool
+from .spool import MetricsRow, RunRow, Spool
 from .stream import EpisodeStream
 
 __all__ = ["TrainingLifecycle"]
@@ -165,30 +166,65 @@ class TrainingLifecycle:
             raise
 
     def _deliver_metrics(self, run: RunRow) -> None:
-        """Every pending step row, oldest step first. Replayed freely: the
-        platform keeps one row per step."""
+        """Every pending row, in the order they were stored. A step row is
+        replayed freely (the platform keeps one row per step); a row posted
+        as logged goes exactly as it is stored, ``step`` and key order
+        included, and at most once (``_post_once``)."""
         assert run.platform_id is not None
         while rows := self._spool.pending_metrics(run.local_id):
             for row in rows:
-                values = clean_metric_values(json.loads(row.row))
-                try:
-                    self._rft().post_metrics(run.platform_id, values)
-                except PlatformError as exc:
-                    if exc.retryable:
-                        raise
-                    if not about_content(exc):
-                        raise refused_setup(exc, f"the metrics of step {row.step}") from exc
-                    self._spool.end_metrics(run.local_id, row, "failed")
-                    self._spool.update_run(run.local_id, last_error=f"metrics refused: {exc}")
-                    logger.error(
-                        "Run %s: the metrics of step %d were refused for good (%s); they are "
-                        "kept in the spool and counted as failed",
-                        run.local_id,
-                        row.step,
-                        exc,
-                    )
-                    continue
-                self._spool.end_metrics(run.local_id, row, "delivered")
+                if row.verbatim:
+                    self._post_once(run, row)
+                else:
+                    self._post(run, row, clean_metric_values(json.loads(row.row)))
+
+    def _post_once(self, run: RunRow, row: MetricsRow) -> None:
+        """A row posted as logged is a post of its own, so a second copy would
+        be a row the source never sent. It is marked ``sending`` before its
+        request; a request that may have reached the platform (its answer
+        lost, or this process killed meanwhile) is not sent again, as
+        prime-rl's own monitor never sends one again, and is counted
+        ``uncertain``. One that surely did not (refused connection, an
+        overload answer) goes back to pending and waits for the platform."""
+        if not self._spool.begin_metrics(run.local_id, row):
+            return
+        try:
+            self._post(run, row, json.loads(row.row))
+        except PlatformError as exc:
+            if exc.ambiguous:
+                self._spool.end_metrics(run.local_id, row, "uncertain")
+                logger.warning(
+                    "Run %s: a metrics row of step %d may or may not have reached the platform "
+                    "(%s); it is not posted again, since a second copy would be a row of its "
+                    "own, and is counted as uncertain",
+                    run.local_id,
+                    row.step,
+                    exc,
+                )
+                return
+            self._spool.end_metrics(run.local_id, row, "pending")
+            raise
+
+    def _post(self, run: RunRow, row: MetricsRow, values: dict[str, Any]) -> None:
+        assert run.platform_id is not None
+        try:
+            self._rft().post_metrics(run.platform_id, values)
+        except PlatformError as exc:
+            if exc.retryable:
+                raise
+            if not about_content(exc):
+                raise refused_setup(exc, f"the metrics of step {row.step}") from exc
+            self._spool.end_metrics(run.local_id, row, "failed")
+            self._spool.update_run(run.local_id, last_error=f"metrics refused: {exc}")
+            logger.error(
+                "Run %s: the metrics of step %d were refused for good (%s); they are "
+                "kept in the spool and counted as failed",
+                run.local_id,
+                row.step,
+                exc,
+            )
+            return
+        self._spool.end_metrics(run.local_id, row, "delivered")
 
     def _metrics_pending(self, run: RunRow) -> bool:
         return bool(self._spool.metrics_counts(run.local_id).get("pending"))

@@ -28,7 +28,7 @@ from ..config import Settings, env_flag
 from ..exporter_names import entry_point_name, load_exporter_class
 from ..produce.episode import record_episode
 from ..produce.resource import run_resource
-from ..produce.run_spans import emit_metrics, emit_run_end, emit_run_start
+from ..produce.run_spans import emit_metrics, emit_run_end, emit_run_start, emit_step_table
 from ..run import (
     CHILD_SPANS_ENV,
     Run,
@@ -73,7 +73,15 @@ class Delivery:
     def record(self, episode: Any) -> None:
         raise NotImplementedError
 
-    def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
+    def metrics(
+        self, values: Mapping[str, Any], step: int | None, *, verbatim: bool = False
+    ) -> None:
+        """One metrics row; ``verbatim``: posted exactly as given (``emit_metrics``)."""
+        raise NotImplementedError
+
+    def step_table(self, step: int, body: bytes) -> None:
+        """One Parquet object of a step's sample table, its ``run_id`` column
+        empty (filled in with the platform's id when it is sent)."""
         raise NotImplementedError
 
     def end(
@@ -122,8 +130,13 @@ class InProcess(Delivery):
     def record(self, episode: Any) -> None:
         self.run.record_episode(episode)
 
-    def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
-        self.run.log_metrics(values, step=step)
+    def metrics(
+        self, values: Mapping[str, Any], step: int | None, *, verbatim: bool = False
+    ) -> None:
+        self.run.log_metrics(values, step=step, verbatim=verbatim)
+
+    def step_table(self, step: int, body: bytes) -> None:
+        self.run.add_step_table(step, body)
 
     def end(
         self,
@@ -209,7 +222,9 @@ class Exported(Delivery):
         )
         self.recorded += 1
 
-    def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
+    def metrics(
+        self, values: Mapping[str, Any], step: int | None, *, verbatim: bool = False
+    ) -> None:
         if self.kind == "train":
             emit_metrics(
                 self.tracer,
@@ -217,7 +232,12 @@ class Exported(Delivery):
                 step=step,
                 link=self.start_link,
                 metrics=self.signals.metrics,
+                verbatim=verbatim,
             )
+
+    def step_table(self, step: int, body: bytes) -> None:
+        if self.kind == "train":
+            emit_step_table(self.tracer, step, body, link=self.start_link)
 
     def end(
         self,

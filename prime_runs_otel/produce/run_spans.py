@@ -9,6 +9,7 @@ sent once instead of on every exported batch.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import time
@@ -26,7 +27,7 @@ from .blobs import set_blob
 from .run_metrics import RunMetrics
 from .span_times import epoch_ns
 
-__all__ = ["emit_metrics", "emit_run_end", "emit_run_start"]
+__all__ = ["emit_metrics", "emit_run_end", "emit_run_start", "emit_step_table"]
 
 
 _ERROR_STATUSES = frozenset({"failed", "crashed"})
@@ -125,6 +126,7 @@ def emit_metrics(
     timestamp: float | None = None,
     link: SpanContext | None = None,
     metrics: RunMetrics | None = None,
+    verbatim: bool = False,
 ) -> int:
     """Report one training step's metrics on a span of its own; returns the step.
 
@@ -133,19 +135,29 @@ def emit_metrics(
     loss is a fact about the step, not a reason to lose the whole row. The
     platform keeps one row per step, so the spool adds a step logged again
     to its row.
+    ``verbatim``: ``values`` is posted exactly as given instead (a post of
+    its own, ``step`` left where and as it is, no ``_timestamp``), for a
+    source whose own reporting posts its rows so (``prime_rl``); ``step`` then
+    only says which step the row belongs to. Nothing is dropped: a value
+    that is not JSON is refused.
     ``metrics`` records the row's numbers as the run's ``prime.run.metric``
     gauge too, in the span's context (a dashboard's exemplar leads to it).
     """
     if not isinstance(values, Mapping):
         raise ConfigError(f"metrics must be a mapping of names to values, got {type(values)}")
-    row = clean_metric_values(values)
-    chosen = row.pop("step", step)
+    if verbatim:
+        row = dict(values)
+        chosen = step if step is not None else row.get("step")
+        logged_at = timestamp
+    else:
+        row = clean_metric_values(values)
+        chosen = row.pop("step", step)
+        logged_at = row.pop("_timestamp", timestamp)
     if not is_int(chosen) or chosen < 0:
         raise ConfigError(
             f"a metrics row needs its training step as a whole number of 0 or more "
             f"(step=... or values['step']), got {chosen!r}"
         )
-    logged_at = row.pop("_timestamp", timestamp)
     if not isinstance(logged_at, (int, float)) or not math.isfinite(logged_at):
         logged_at = time.time()
     try:
@@ -156,6 +168,8 @@ def emit_metrics(
             "str/int/float/bool/list/dict values"
         ) from exc
     attributes: Attributes = {sc.RUN_STEP: int(chosen), sc.RUN_METRICS_TIMESTAMP: float(logged_at)}
+    if verbatim:
+        attributes[sc.RUN_METRICS_VERBATIM] = True
     span = tracer.start_span(
         sc.RUN_METRICS_SPAN,
         attributes=attributes,
@@ -165,7 +179,29 @@ def emit_metrics(
     try:
         set_blob(span, tracer, sc.RUN_METRICS_VALUES, text)
         if metrics is not None:
-            metrics.step(row, trace_api.set_span_in_context(span))
+            gauged = {key: value for key, value in row.items() if key != "step"}
+            metrics.step(gauged, trace_api.set_span_in_context(span))
     finally:
         span.end()
     return int(chosen)
+
+
+def emit_step_table(
+    tracer: Tracer, step: int, body: bytes, *, link: SpanContext | None = None
+) -> None:
+    """One Parquet object of a training step's sample table, written by the
+    producer (``run_id`` column empty: the consumer fills in the platform's
+    id when it sends it), on a span of its own, so that a consumer behind a
+    collector sends the very object a process delivering in place would."""
+    if not is_int(step) or step < 0:
+        raise ConfigError(
+            f"a sample table needs its step as a whole number of 0 or more, not {step!r}"
+        )
+    text = base64.b64encode(body).decode("ascii")
+    span = tracer.start_span(
+        sc.RUN_SAMPLES_SPAN, attributes={sc.RUN_STEP: int(step)}, links=_links(link)
+    )
+    try:
+        set_blob(span, tracer, sc.RUN_SAMPLES_PARQUET, text)
+    finally:
+        span.end()

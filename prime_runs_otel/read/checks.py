@@ -34,6 +34,7 @@ with :func:`check_json_value` before the spool takes it.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -46,12 +47,14 @@ from .. import semconv as sc
 from .._json import MAX_NESTING, nested_deeper_than, parse
 from ..errors import RecordError
 from .episodes import CorruptEpisode, EpisodeArrival, episode_arrival
+from .projection.step_table import unnamed_step_table
 from .projection.summary import digest_episode
 from .records import (
     CorruptMetrics,
     RunEnd,
     RunIdentity,
     RunMetrics,
+    RunSamples,
     RunStart,
     SpanMeaning,
     UnrecordedEpisode,
@@ -140,7 +143,9 @@ def read_span(view: SpanView, *, lines: bool = False) -> SpanMeaning | None:
             )
         return UnrecordedEpisode(_episode_id_of(view), view)
     if view.name == sc.RUN_METRICS_SPAN:
-        return _read_metrics(attributes)
+        return _read_metrics(view)
+    if view.name == sc.RUN_SAMPLES_SPAN:
+        return _read_samples(view)
     if view.name == sc.RUN_START_SPAN:
         return _read_run_start(attributes)
     if view.name == sc.RUN_END_SPAN:
@@ -168,7 +173,7 @@ def record_step(record: Mapping[str, Any], span_step: Any = None) -> int | None:
 def derived_episode_id(view: SpanView) -> str:
     """An id for an episode span that names none: its trace and span ids, so a
     copy of the same span (a collector's retry) is the same episode."""
-    return f"{view.trace_id:032x}{view.span_id:016x}"
+    return _span_key(view)
 
 
 def _episode_id_of(view: SpanView) -> str:
@@ -262,7 +267,8 @@ def read_synthesized(record: dict[str, Any], episode_id: str, span_step: Any) ->
     return EpisodeArrival(episode_id, raw, digest, step)
 
 
-def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
+def _read_metrics(view: SpanView) -> RunMetrics | CorruptMetrics:
+    attributes = view.attributes
     step = whole_number(attributes.get(sc.RUN_STEP))
     if step is None:
         return CorruptMetrics(None, f"the metrics span has no whole-number {sc.RUN_STEP}")
@@ -289,7 +295,28 @@ def _read_metrics(attributes: Mapping[str, Any]) -> RunMetrics | CorruptMetrics:
             timestamp = None
     if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool):
         timestamp = 0.0
+    if attributes.get(sc.RUN_METRICS_VERBATIM) is True:
+        # One post per span: a copy of the span (a collector's retry) has its ids.
+        return RunMetrics(step, values, float(timestamp), verbatim=True, key=_span_key(view))
     return RunMetrics(step, values, float(timestamp))
+
+
+def _read_samples(view: SpanView) -> RunSamples | CorruptMetrics:
+    """A sample table's Parquet object; a damaged one is a counted loss."""
+    step = whole_number(view.attributes.get(sc.RUN_STEP))
+    if step is None or step < 0:
+        return CorruptMetrics(None, f"a sample table span has no step of 0 or more ({sc.RUN_STEP})")
+    try:
+        text = decode_blob(view.attributes, sc.RUN_SAMPLES_PARQUET)
+        body = base64.b64decode(text, validate=True)
+        unnamed_step_table(body)
+    except (RecordError, ValueError) as exc:
+        return CorruptMetrics(step, f"the sample table of step {step} is damaged: {exc}")
+    return RunSamples(step, body, _span_key(view))
+
+
+def _span_key(view: SpanView) -> str:
+    return f"{view.trace_id:032x}{view.span_id:016x}"
 
 
 def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:

@@ -30,6 +30,7 @@ from .records import (
     RunEnd,
     RunIdentity,
     RunMetrics,
+    RunSamples,
     RunStart,
     UnrecordedEpisode,
 )
@@ -212,7 +213,8 @@ def _file(
     | CorruptEpisode
     | UnrecordedEpisode
     | RunMetrics
-    | CorruptMetrics,
+    | CorruptMetrics
+    | RunSamples,
 ) -> None:
     if isinstance(item, EpisodeArrival):
         batch.episodes.append(item)
@@ -236,6 +238,8 @@ def _file(
         batch.corrupt.append(item)
     elif isinstance(item, RunMetrics):
         batch.metrics.append(item)
+    elif isinstance(item, RunSamples):
+        batch.samples.append(item)
     elif isinstance(item, CorruptMetrics):
         logger.error(
             "Run %s: the metrics of step %s arrived damaged and are counted as lost: %s",

@@ -29,6 +29,7 @@ __all__ = [
     "RunEnd",
     "RunIdentity",
     "RunMetrics",
+    "RunSamples",
     "RunStart",
     "SpanMeaning",
     "UnrecordedEpisode",
@@ -124,15 +125,39 @@ class UnrecordedEpisode:
 
 @dataclass(frozen=True)
 class RunMetrics:
-    """One training step's metrics, as ``POST /rft/metrics`` takes them."""
+    """One training step's metrics, as ``POST /rft/metrics`` takes them.
+
+    Two forms, as the source chose (``prime.run.metrics.verbatim``): a step
+    row of this package (merged with the step's other rows, ``step`` and
+    ``_timestamp`` added), or a row posted exactly as logged (``verbatim``:
+    ``values`` is the whole row, ``step`` inside it as the producer wrote
+    it), a post of its own that ``key`` (its span's ids) names, so that a
+    copy of the span is stored once.
+    """
 
     step: int
     values: dict[str, Any]
     timestamp: float
+    verbatim: bool = False
+    key: str = ""
 
     def row(self) -> dict[str, Any]:
-        """The platform row: the values plus ``step`` and ``_timestamp``."""
+        """The platform row: the values plus ``step`` and ``_timestamp``, or
+        a verbatim row's values as they are."""
+        if self.verbatim:
+            return dict(self.values)
         return {**self.values, "step": self.step, "_timestamp": self.timestamp}
+
+
+@dataclass(frozen=True)
+class RunSamples:
+    """One Parquet object of a training step's sample table, as its producer
+    wrote it (``run_id`` column empty until it is sent); ``key`` (its span's
+    ids) stores a copy of the span once."""
+
+    step: int
+    body: bytes
+    key: str
 
 
 @dataclass(frozen=True)
@@ -151,6 +176,7 @@ SpanMeaning = (
     | UnrecordedEpisode
     | RunMetrics
     | CorruptMetrics
+    | RunSamples
 )
 
 
@@ -165,3 +191,4 @@ class RunBatch:
     corrupt: list[CorruptEpisode] = field(default_factory=list)
     metrics: list[RunMetrics] = field(default_factory=list)
     corrupt_metrics: list[CorruptMetrics] = field(default_factory=list)
+    samples: list[RunSamples] = field(default_factory=list)

@@ -15,6 +15,14 @@
 The rollouts are real verifiers ``Episode`` objects built from synthetic
 records. Options make the exit paths: ``--fail-at`` raises, ``--hang-at``
 prints ``HANG`` and waits (for SIGKILL or SIGINT).
+
+After each metrics dict the loop waits until ``PrimeMonitor``'s requests in
+flight are answered (``settle``), so that a run's records do not depend on
+how fast the machine is: in prime-rl a step takes seconds, far longer than a
+post, and its rows reach the platform in the order they are logged. Without
+it, a stand-in step takes microseconds, and which fire-and-forget posts an
+exception or a signal cuts off would change from run to run. prime-rl's loop
+has no such wait; ``--no-settle`` leaves it out.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--wandb-project", default=None)
     parser.add_argument("--no-prime", action="store_true")
     parser.add_argument("--quiet-steps", action="store_true")
+    parser.add_argument("--no-settle", action="store_true")
     return parser.parse_args()
 
 
@@ -136,14 +145,24 @@ async def one_step(args: argparse.Namespace, step: int, with_eval: bool) -> None
     if step == args.bad_metric_at:
         metrics["debug/handle"] = object()
     await monitors.log(metrics, step=step)
+    await settle(args)
     if with_eval:
         evals = rollouts(2, step, "eval", "local-run")
         for episode in evals:
             await monitors.log([episode], step, "eval", "all")
         await monitors.log(evals, step, "eval", "effective")
         await monitors.log({f"eval/{ENV_ID}/reward/mean/all": 0.75, "step": float(step)}, step=step)
+        await settle(args)
     if not args.quiet_steps:
         print(f"STEP {step}", flush=True)
+
+
+async def settle(args: argparse.Namespace) -> None:
+    """Until ``PrimeMonitor``'s requests in flight are answered (see the
+    module's docstring); nothing when prime-rl's monitor is not registered."""
+    monitor = monitors.get(monitors.PrimeMonitor)
+    if monitor is not None and not args.no_settle:
+        await asyncio.gather(*list(monitor.run._tasks), return_exceptions=True)
 
 
 def clean_exit(func: Any) -> Any:

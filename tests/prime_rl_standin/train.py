@@ -2,7 +2,7 @@
 rank 0 calls ``monitors.setup`` without a prime config (the trainer's
 monitors config has none), each in its own ``asyncio.run``, then logs its
 own metrics (perf, optimizer) every step, one ``asyncio.run(monitors.log(...))``
-per dict, and never calls ``finalize``."""
+per dict (each carrying ``"step"``), and never calls ``finalize``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def run(output_dir: Path, steps: int) -> None:
     cfg = TrainerConfig(max_steps=steps, output_dir=output_dir)
     asyncio.run(monitors.setup(wandb=None, file=None, output_dir=output_dir, run_config=cfg))
     for step in range(steps):
-        asyncio.run(monitors.log({"perf/throughput": 1000.0 + step}, step=step))
-        asyncio.run(monitors.log({"optim/lr": 1e-6}, step=step))
+        asyncio.run(monitors.log({"perf/throughput": 1000.0 + step, "step": step}, step=step))
+        asyncio.run(monitors.log({"optim/lr": 1e-6, "step": step}, step=step))
 
 
 def main() -> None:

@@ -96,8 +96,9 @@ def export_otlp(spool: Spool, run: RunRow, endpoint: str) -> int:
         emit_run_start(tracer, run.config or {})
         for metrics in spool.metrics_rows(run.local_id):
             values = json.loads(metrics.row)
-            values.pop("_timestamp", None)
-            emit_metrics(tracer, values, step=metrics.step)
+            if not metrics.verbatim:
+                values.pop("_timestamp", None)
+            emit_metrics(tracer, values, step=metrics.step, verbatim=metrics.verbatim)
         for episode in spool.iter_episodes(run.local_id):
             record_episode(tracer, fast_loads(episode.record), capture_content=True)
             sent += 1

@@ -120,25 +120,24 @@ def external_run_payload(
         )
     if training.max_steps < 0:
         raise ConfigError(f"max_steps must be 0 (unknown) or more, got {training.max_steps}")
-    payload: dict[str, Any] = {
+    # In the order prime-rl's PrimeMonitor writes them, so that its runs
+    # registered through this package are the same request, byte for byte.
+    fields: dict[str, Any] = {
         "base_model": base_model,
         "max_steps": int(training.max_steps),
-        # Passed through as given: the RFT API resolves hub names itself.
-        "environments": [{"id": reference} for reference in environments],
-    }
-    optional: dict[str, Any] = {
-        "team_id": team_id or None,
-        "name": name,
         "batch_size": training.batch_size,
         "rollouts_per_example": training.rollouts_per_example,
         "seq_len": training.seq_len,
+        # Passed through as given: the RFT API resolves hub names itself.
+        "environments": [{"id": reference} for reference in environments],
         "run_config": dict(run_config) if run_config else None,
         "wandb_project": training.wandb_project,
         "wandb_entity": training.wandb_entity,
         "wandb_run_name": training.wandb_run_name,
+        "name": name,
+        "team_id": team_id or None,
     }
-    payload.update((key, value) for key, value in optional.items() if value is not None)
-    return payload
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def status_body(status: str, error: str | None) -> dict[str, Any]:

@@ -16,7 +16,12 @@ import logging
 from collections.abc import Sequence
 
 from ..._text import shown
-from ...read.projection import STEP_TABLE_INTERVAL, ParquetUnavailableError, require_parquet
+from ...read.projection import (
+    STEP_TABLE_INTERVAL,
+    ParquetUnavailableError,
+    require_parquet,
+    with_run_id,
+)
 from ...read.projection import step_table_parquet as _step_table_parquet
 from ..clients import PlatformClients
 from ..platform.http import PlatformError
@@ -122,18 +127,20 @@ class StepTablesSink:
         upload = self._spool.step_upload(upload_id)
         if upload is None or upload.body is None:
             return
+        # A table its producer wrote before the run had a platform id.
+        body = with_run_id(upload.body, run.platform_id)
         rft = self._clients.rft()
         try:
             url, key = self._place(run, upload)
             try:
-                rft.put_samples(url, upload.body)
+                rft.put_samples(url, body)
             except PlatformError as exc:
                 if exc.status != 403:
                     raise
                 # The grant expired while the upload waited: a fresh one, once.
                 self._spool.set_step_object(upload_id, None, None)
                 url, key = self._place(run, self._spool.step_upload(upload_id) or upload)
-                rft.put_samples(url, upload.body)
+                rft.put_samples(url, body)
             rft.confirm_samples(run.platform_id, upload.step, key)
         except PlatformError as exc:
             if exc.retryable:

@@ -20,7 +20,7 @@ from .processes import register_producer as register_producer_row
 from .rows import aggregate, insert_rows
 from .runs import ensure_run
 from .size import STOPPED_HELD_SQL, STOPPED_SHARE, SpoolSize
-from .steps import insert_metrics
+from .steps import insert_metrics, insert_step_tables
 from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
 
 if TYPE_CHECKING:
@@ -129,6 +129,7 @@ class SpoolIngest(SpoolSize):
                 duplicates += len(batch.episodes) - added - refused
                 corrupt += len(batch.corrupt) + len(batch.corrupt_metrics)
                 insert_metrics(db, local_id, batch.metrics, now)
+                insert_step_tables(db, local_id, batch.samples, now)
                 # Episodes stored after the run was closed are counted late:
                 # the uploader still delivers them, to the closed run.
                 db.execute(

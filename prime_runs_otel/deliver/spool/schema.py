@@ -12,9 +12,28 @@ import sqlite3
 from contextlib import suppress
 
 #: 2: record bodies moved out of ``episodes`` into ``records`` (see ``_SCHEMA``).
-SCHEMA_VERSION = 2
+#: 3: ``metrics`` holds rows posted as logged beside the one row of a step
+#: (``post``), so its key changed (see ``METRICS_TABLE``).
+SCHEMA_VERSION = 3
 
-SCHEMA = """
+#: Metrics rows, sent in seq order. post '': a step's one row, to which a
+#: step logged again adds its values; otherwise a row posted exactly as
+#: logged (prime.run.metrics.verbatim), named by its span's ids, one post each.
+METRICS_TABLE = """
+CREATE TABLE IF NOT EXISTS metrics (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    post TEXT NOT NULL DEFAULT '',
+    row TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    updated_at REAL NOT NULL,
+    UNIQUE (run_id, step, post)
+)
+"""
+
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     local_id TEXT PRIMARY KEY,
@@ -143,14 +162,9 @@ CREATE TABLE IF NOT EXISTS uploads (
     object_url TEXT,
     object_key TEXT
 );
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT NOT NULL,
-    step INTEGER NOT NULL,
-    row TEXT NOT NULL,
-    state TEXT NOT NULL DEFAULT 'pending',
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (run_id, step)
-);
+"""
+    + METRICS_TABLE
+    + """;
 CREATE TABLE IF NOT EXISTS producers (
     run_id TEXT NOT NULL,
     host TEXT NOT NULL,
@@ -166,6 +180,7 @@ CREATE TABLE IF NOT EXISTS lease (
     expires REAL NOT NULL
 );
 """
+)
 
 #: Columns added after the first release, added in place to an older spool
 #: file so that an upgrade never needs the spool emptied first.
@@ -295,6 +310,26 @@ def _add_episode_states(db: sqlite3.Connection) -> None:
     db.execute("COMMIT")
 
 
+#: ``metrics`` up to schema 2 was keyed by (run_id, step) alone; a key
+#: cannot change in place, so the table is rebuilt, its rows in step order.
+_METRICS_V3 = (
+    "ALTER TABLE metrics RENAME TO metrics_v2",
+    METRICS_TABLE,
+    "INSERT INTO metrics (run_id, step, post, row, state, updated_at) "
+    "SELECT run_id, step, '', row, state, updated_at FROM metrics_v2 ORDER BY run_id, step",
+    "DROP TABLE metrics_v2",
+)
+
+
+def _metrics_to_v3(db: sqlite3.Connection) -> None:
+    """Rebuild a schema 2 ``metrics`` table (no ``post`` column), once."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(metrics)")}
+    if "post" in columns:
+        return
+    for statement in _METRICS_V3:
+        db.execute(statement)
+
+
 def _has_table(db: sqlite3.Connection, name: str) -> bool:
     found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
     return found.fetchone() is not None
@@ -316,6 +351,7 @@ def migrate(db: sqlite3.Connection, version: int) -> None:
             "SELECT seq, record FROM episodes WHERE record IS NOT NULL"
         )
         db.execute("UPDATE episodes SET record = NULL WHERE record IS NOT NULL")
+    _metrics_to_v3(db)
     # Written only when it changes: opening a spool on a full disk must not
     # need room (``size.py``).
     db.execute(

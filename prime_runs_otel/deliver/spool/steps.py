@@ -1,7 +1,8 @@
-"""Training steps: each step's metrics row (``metrics``, one per step as
-the platform keeps them) and the Parquet objects of a step's legacy sample
-table (``uploads`` of kind ``steps``), persisted before they are sent so a
-restart sends the same object again rather than a second one."""
+"""Training steps: their metrics rows (``metrics``: one per step as the
+platform keeps them, or, for a source that posts its rows as logged, one per
+post) and the Parquet objects of a step's legacy sample table (``uploads``
+of kind ``steps``), persisted before they are sent so a restart sends the
+same object again rather than a second one."""
 
 from __future__ import annotations
 
@@ -12,17 +13,21 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...read.records import RunMetrics
+from ...read.records import RunMetrics, RunSamples
 from .core import SpoolCore
 from .uploads import commit_upload
 
 
 @dataclass(frozen=True)
 class MetricsRow:
-    """One training step's metrics row, as stored (``row`` is its JSON)."""
+    """One metrics row, as stored (``row`` is its JSON). ``verbatim``: a row
+    posted exactly as logged (``RunMetrics.verbatim``), sent as it is;
+    ``seq`` orders the rows as they were stored."""
 
     step: int
     row: str
+    seq: int = 0
+    verbatim: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,12 @@ def insert_metrics(
     the orchestrator's), and the platform keeps one row per step, so a
     replacement would lose the earlier row's values."""
     for item in metrics:
+        if item.verbatim:
+            _insert_verbatim(db, run_id, item, now)
+            continue
         db.execute(
             "INSERT INTO metrics (run_id, step, row, state, updated_at) "
-            "VALUES (?, ?, ?, 'pending', ?) ON CONFLICT (run_id, step) DO UPDATE SET "
+            "VALUES (?, ?, ?, 'pending', ?) ON CONFLICT (run_id, step, post) DO UPDATE SET "
             "row = json_patch(metrics.row, excluded.row), state = 'pending', "
             "updated_at = excluded.updated_at "
             # json(): the stored text minified, as json_patch writes it, so an
@@ -60,23 +68,58 @@ def insert_metrics(
         )
 
 
+def _insert_verbatim(db: sqlite3.Connection, run_id: str, item: RunMetrics, now: float) -> None:
+    """A row posted as logged: stored as its text says it, keys in their
+    order and ``10.0`` still a float (Python's ``json`` writes both back
+    as they were read), never patched into another row; a copy of its span
+    (same ``key``) changes nothing."""
+    text = json.dumps(item.row(), ensure_ascii=False, separators=(",", ":"))
+    db.execute(
+        "INSERT INTO metrics (run_id, step, post, row, state, updated_at) "
+        "VALUES (?, ?, ?, ?, 'pending', ?) ON CONFLICT (run_id, step, post) DO NOTHING",
+        (run_id, item.step, item.key, text, now),
+    )
+
+
+def insert_step_tables(
+    db: sqlite3.Connection, run_id: str, tables: Sequence[RunSamples], now: float
+) -> None:
+    """Sample-table objects a producer wrote (``prime.run.samples`` spans),
+    kept to be sent as they are (the run's id filled in then); a copy of a
+    span (same ``key``: a collector's retry) is stored once."""
+    for table in tables:
+        db.execute(
+            "INSERT OR IGNORE INTO uploads (upload_id, run_id, kind, body, episodes, state, "
+            "created_at, step, sample_offset) VALUES (?, ?, 'steps', ?, 0, 'pending', ?, ?, 0)",
+            (f"steps:{table.key}", run_id, table.body, now, table.step),
+        )
+
+
+_ROW_COLUMNS = "step, row, seq, post"
+
+
+def _metrics_row(step: int, row: str, seq: int, post: str) -> MetricsRow:
+    return MetricsRow(step, row, seq, verbatim=post != "")
+
+
 class SpoolSteps(SpoolCore):
     def pending_metrics(self, run_id: str, *, limit: int = 500) -> list[MetricsRow]:
-        """Metrics rows not yet acknowledged, oldest step first."""
+        """Metrics rows not yet acknowledged, in the order they were stored
+        (a step's one row where it was first logged)."""
         rows = self._query(
-            "SELECT step, row FROM metrics WHERE run_id = ? AND state = 'pending' "
-            "ORDER BY step LIMIT ?",
+            f"SELECT {_ROW_COLUMNS} FROM metrics WHERE run_id = ? AND state = 'pending' "
+            "ORDER BY seq LIMIT ?",
             (run_id, limit),
         )
-        return [MetricsRow(step, row) for step, row in rows]
+        return [_metrics_row(*row) for row in rows]
 
     def metrics_rows(self, run_id: str) -> list[MetricsRow]:
-        """Every step's metrics row of a run, whatever its delivery state
-        (``prime-runs-otel export --what metrics``)."""
+        """Every metrics row of a run, whatever its delivery state, in the
+        order they are sent (``prime-runs-otel export --what metrics``)."""
         rows = self._query(
-            "SELECT step, row FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)
+            f"SELECT {_ROW_COLUMNS} FROM metrics WHERE run_id = ? ORDER BY seq", (run_id,)
         )
-        return [MetricsRow(step, row) for step, row in rows]
+        return [_metrics_row(*row) for row in rows]
 
     def metrics_counts(self, run_id: str) -> dict[str, int]:
         """Metrics rows by state: pending, delivered, failed."""
@@ -85,15 +128,27 @@ class SpoolSteps(SpoolCore):
         )
         return {state: count for state, count in rows}
 
+    def begin_metrics(self, run_id: str, row: MetricsRow) -> bool:
+        """Mark a pending row ``sending`` before its request (rows posted as
+        logged, which are sent at most once); ``False`` if it was not pending."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE metrics SET state = 'sending', updated_at = ? "
+                "WHERE run_id = ? AND seq = ? AND state = 'pending'",
+                (time.time(), run_id, row.seq),
+            )
+            return cursor.rowcount == 1
+
     def end_metrics(self, run_id: str, row: MetricsRow, state: str) -> bool:
-        """Record what became of a metrics row that was sent: ``delivered``
-        or ``failed``. ``False`` when the step was logged again meanwhile (the
+        """Record what became of a metrics row that was sent: ``delivered``,
+        ``failed``, ``uncertain`` (may have reached the platform), or back to
+        ``pending``. ``False`` when the step was logged again meanwhile (the
         newer row is still to be sent)."""
         with self._transaction() as db:
             cursor = db.execute(
                 "UPDATE metrics SET state = ?, updated_at = ? "
-                "WHERE run_id = ? AND step = ? AND row = ?",
-                (state, time.time(), run_id, row.step, row.row),
+                "WHERE run_id = ? AND seq = ? AND row = ?",
+                (state, time.time(), run_id, row.seq, row.row),
             )
             return cursor.rowcount == 1
 

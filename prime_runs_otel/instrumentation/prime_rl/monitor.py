@@ -3,12 +3,16 @@ its ``PrimeMonitor``, and the patched ``setup`` that registers it.
 
 What prime-rl's fan-out hands it becomes a run of this package, through the
 spool like any other (``..delivery``): the run registered with the fields
-``PrimeMonitor`` sends (``run_fields.py``), every metrics dict a step row,
-every rollout (the ``all`` cohort, which every rollout of either kind
-passes through as it arrives) an episode span, and the ``effective`` train
-cohort of every 10th step the Parquet sample table prime-rl writes, at the
-same step with the same rows (``read.projection.step_table_parquet``).
-``finalize`` completes the run; ``exit.py`` ends it otherwise.
+``PrimeMonitor`` sends (``run_fields.py``), every metrics dict the row
+``PrimeMonitor`` posts, a post of its own (``metrics_row``; the span says so
+with ``prime.run.metrics.verbatim``, so no ``_timestamp`` is added and an
+eval row's float step is never merged into its step's train row), every
+rollout (the ``all`` cohort, which every rollout of either kind passes
+through as it arrives) an episode span, and the ``effective`` train cohort
+of every 10th step the Parquet sample table prime-rl writes, at the same
+step with the same rows (``read.projection.step_table_parquet``; its run id
+filled in when it is sent). ``finalize`` completes the run; ``exit.py`` ends
+it otherwise.
 
 Nothing here may stop training: prime-rl's fan-out already turns an
 exception into a warning, and a value, an episode or a table this package
@@ -31,7 +35,6 @@ import types
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from ..._json import clean_metric_values
 from ...config import env_flag, resolve_settings
 from ...errors import ConfigError
 from ...read.projection import STEP_TABLE_INTERVAL, step_table_parquet
@@ -193,11 +196,12 @@ class PlatformReporting:
             self._reject(
                 "metrics value",
                 f"metric value(s) that are not numbers or JSON are left out of the step "
-                f"{row.get('step')} row ({', '.join(refused[:5])})",
+                f"{step} row ({', '.join(refused[:5])})",
                 len(refused),
             )
         try:
-            delivery.metrics(row, None)
+            # prime-rl's row, posted as PrimeMonitor posts it: a post of its own.
+            delivery.metrics(row, _step_of(step, row), verbatim=True)
         except Exception as exc:
             self._reject("metrics row", f"the step {step} metrics row was refused: {exc}")
         if self._committer is not None:
@@ -240,13 +244,15 @@ class PlatformReporting:
     # -- the sample table ---------------------------------------------------------------
 
     def _send_table(self, episodes: list[Any], step: int) -> None:
-        """prime-rl's sample table of ``step``, written and stored off the event
-        loop (as prime-rl writes it in a worker thread), on the recorder's
-        thread, so that ``finalize`` and the exit path wait for it before the
-        run ends. In process only: behind a collector, the spool that would
-        keep it is the collector's."""
+        """prime-rl's sample table of ``step``, written off the event loop (as
+        prime-rl writes it in a worker thread), on the recorder's thread, so
+        that ``finalize`` and the exit path wait for it before the run ends.
+        Its ``run_id`` column is left empty and filled in with the
+        platform's id when it is sent, so the table needs no answer from the
+        platform first: behind a collector (``serve`` registers the run) and
+        in a run kept locally until ``push`` as well."""
         delivery = self.delivery
-        if not isinstance(delivery, InProcess) or self._recorder is None:
+        if delivery is None or self._recorder is None:
             return
 
         def write_and_keep() -> None:
@@ -257,22 +263,16 @@ class PlatformReporting:
 
         self._recorder.put(write_and_keep)
 
-    def _write_table(self, delivery: InProcess, episodes: list[Any], step: int) -> None:
-        platform_id = delivery.platform_id or delivery.run.platform_id
-        if platform_id is None:
-            raise ConfigError(
-                "the platform has not registered the run yet, and the table names it; the "
-                "step's episodes still reach the run"
-            )
+    def _write_table(self, delivery: Delivery, episodes: list[Any], step: int) -> None:
         records = []
         for episode in episodes:
             try:
                 records.append(_record_of(episode))
             except Exception as exc:
                 self._reject("episode", f"an episode of step {step} has no record: {exc}")
-        body = step_table_parquet(records, platform_id, step) if records else None
+        body = step_table_parquet(records, "", step) if records else None
         if body is not None:
-            delivery.run.add_step_table(step, body)
+            delivery.step_table(step, body)
 
     # -- ending ---------------------------------------------------------------------------
 
@@ -462,48 +462,77 @@ def _trainer_fields(config: Any) -> dict[str, Any]:
     return {"kind": "train", "run_id": run_id, "attach": attach, "model": model}
 
 
-_BAD = object()
-
-
 def metrics_row(
     metrics: Mapping[str, Any], step: int
 ) -> tuple[dict[str, Any], list[str], list[str]]:
-    """prime-rl's metrics dict as a step row: ``(row, dropped, refused)``.
+    """prime-rl's metrics dict as ``PrimeMonitor`` posts it: ``(row, dropped,
+    refused)``.
 
-    Non-finite numbers are dropped, as prime-rl's ``sanitize`` drops them; a
-    number of another type (numpy, torch) is taken as its float; a value
-    JSON cannot hold is refused alone. The row's step is the dict's
-    ``step`` (a whole float, as prime-rl writes an eval row's, becomes its
-    int) or ``step``.
+    The row is prime-rl's own: its keys in their order, ``step`` where and as
+    the dict has it (an eval row's ``10.0`` stays a float; a dict without
+    one is posted without one), non-finite numbers dropped at any depth as
+    prime-rl's ``sanitize`` drops them (a nested object left empty stays,
+    as there), nothing added. Where prime-rl would lose the whole row (a
+    value its JSON encoding refuses), only that value is left out: a number
+    of another type (numpy, torch) is taken as its float, anything else is
+    refused alone. ``step`` only names the step the row belongs to.
     """
     row: dict[str, Any] = {}
     dropped: list[str] = []
     refused: list[str] = []
     for key, value in metrics.items():
         name = str(key)
-        if isinstance(value, float) and not math.isfinite(value):
-            dropped.append(name)
+        plain = _sanitized(value, name, dropped)
+        if plain is _DROPPED:
             continue
-        plain = _plain(value)
+        plain = _plain(plain)
         if plain is _BAD:
             refused.append(name)
             continue
         row[name] = plain
-    row = clean_metric_values(row)
-    chosen = row.pop("step", step)
-    if isinstance(chosen, float) and chosen.is_integer():
-        chosen = int(chosen)
-    if not isinstance(chosen, int) or isinstance(chosen, bool) or chosen < 0:
-        chosen = step
-    row["step"] = chosen
     return row, dropped, refused
+
+
+_BAD = object()
+_DROPPED = object()
+
+
+def _step_of(step: Any, row: Mapping[str, Any]) -> int:
+    """The whole step a row belongs to (for the spool and the viewer; the
+    row itself is posted as it is): the ``step`` prime-rl logged it at, or
+    the row's own."""
+    for candidate in (step, row.get("step")):
+        if isinstance(candidate, float) and candidate.is_integer():
+            candidate = int(candidate)
+        if isinstance(candidate, int) and not isinstance(candidate, bool) and candidate >= 0:
+            return candidate
+    return 0
+
+
+def _sanitized(value: Any, path: str, dropped: list[str]) -> Any:
+    """prime-rl's ``sanitize`` (``prime_rl.utils.utils``) of one value: a
+    non-finite float is dropped (its path noted), dicts and lists walked."""
+    if isinstance(value, float) and not math.isfinite(value):
+        dropped.append(path)
+        return _DROPPED
+    if isinstance(value, dict):
+        kept = {}
+        for key, item in value.items():
+            inner = _sanitized(item, f"{path}.{key}", dropped)
+            if inner is not _DROPPED:
+                kept[key] = inner
+        return kept
+    if isinstance(value, list):
+        items = (_sanitized(item, f"{path}[{index}]", dropped) for index, item in enumerate(value))
+        return [item for item in items if item is not _DROPPED]
+    return value
 
 
 def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     try:
-        json.dumps(value, allow_nan=True)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         pass
     else:

@@ -36,6 +36,8 @@ from .step_table import (
     require_parquet,
     step_table_parquet,
     step_table_rows,
+    unnamed_step_table,
+    with_run_id,
 )
 from .summary import EpisodeDigest, SummaryAccumulator, TraceScores, digest_episode
 from .traces_lines import (
@@ -70,4 +72,6 @@ __all__ = [
     "summary_trace_index",
     "traces_line",
     "traces_line_template",
+    "unnamed_step_table",
+    "with_run_id",
 ]

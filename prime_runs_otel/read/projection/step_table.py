@@ -25,6 +25,8 @@ __all__ = [
     "require_parquet",
     "step_table_parquet",
     "step_table_rows",
+    "unnamed_step_table",
+    "with_run_id",
 ]
 
 #: prime-rl's cadence, which prime-runs keeps: every 10th step's episodes go to the
@@ -188,3 +190,42 @@ def step_table_parquet(
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="snappy", use_dictionary=True, write_statistics=True)
     return buffer.getvalue()
+
+
+def with_run_id(body: bytes, run_id: str) -> bytes:
+    """A sample-table object written before the platform named its run (its
+    ``run_id`` column empty, see ``prime.run.samples``) with ``run_id`` filled
+    in and written again as :func:`step_table_parquet` writes; any other
+    object as it is. The same bytes for the same input, so a restart sends
+    the same object."""
+    require_parquet()
+    pa: Any = importlib.import_module("pyarrow")
+    pq: Any = importlib.import_module("pyarrow.parquet")
+    if "run_id" not in pq.read_schema(io.BytesIO(body)).names:
+        return body
+    ids = pq.read_table(io.BytesIO(body), columns=["run_id"]).column("run_id").to_pylist()
+    if any(value not in (None, "") for value in ids):
+        return body
+    table = pq.read_table(io.BytesIO(body))
+    index = table.column_names.index("run_id")
+    column = pa.array([run_id] * table.num_rows, type=table.schema.field(index).type)
+    named = table.set_column(index, table.schema.field(index), column)
+    buffer = io.BytesIO()
+    pq.write_table(named, buffer, compression="snappy", use_dictionary=True, write_statistics=True)
+    return buffer.getvalue()
+
+
+def unnamed_step_table(body: bytes) -> int:
+    """The row count of a sample-table object a producer sent (``run_id``
+    column present and empty), or raises ``ValueError`` saying what is wrong
+    with it: it is outside input until read so."""
+    require_parquet()
+    pq: Any = importlib.import_module("pyarrow.parquet")
+    try:
+        parquet = pq.ParquetFile(io.BytesIO(body))
+        ids = parquet.read(columns=["run_id"]).column("run_id").to_pylist()
+    except Exception as exc:  # pyarrow's errors have no common base of ours
+        raise ValueError(f"it is not a Parquet object with a run_id column ({exc})") from exc
+    if any(value not in (None, "") for value in ids):
+        raise ValueError("its run_id column names a run; the platform's id is filled in later")
+    return int(parquet.metadata.num_rows)

@@ -1,6 +1,9 @@
 """prime-rl's ``PrimeMonitor`` (``src/prime_rl/monitors/prime.py``): the same
 requests to the RFT API with httpx, fire-and-forget on the caller's loop, the
-same Parquet sample table every 10th step, the same atexit ``failed``."""
+same Parquet sample table every 10th step, the same atexit ``failed``, the
+same ``completed`` through the status when ``/finalize`` fails. Left out:
+its log lines and ``prime_cli``'s config file (the key and team come from
+``PRIME_API_KEY`` and ``PRIME_TEAM_ID`` only)."""
 
 from __future__ import annotations
 
@@ -198,7 +201,16 @@ class TrainRun:
             response.raise_for_status()
         except httpx.HTTPError as e:
             self.logger.warning(f"Failed to finalize platform run {self.id}: {e}")
+            await self.set_status(success=True)
         atexit.unregister(self._mark_failed)
+
+    async def set_status(self, success: bool) -> None:
+        status = "completed" if success else "failed"
+        try:
+            put = await self.client.put(f"/external-runs/{self.id}/status", json={"status": status})
+            put.raise_for_status()
+        except httpx.HTTPError as e:
+            self.logger.warning(f"Failed to mark platform run {self.id} as {status}: {e}")
 
     def _mark_failed(self) -> None:
         if os.getpid() != self._owner_pid:
