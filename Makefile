@@ -17,7 +17,7 @@ TESTING := $(VENV)/.installed-test
 # the tests start many Python processes that import the same packages.
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
 
-.PHONY: demo test lint typecheck bench bench-quick bench-viewer check-backends clean otelcol chromium semconv soak soak-serve soak-fleet
+.PHONY: demo test lint typecheck bench bench-quick bench-compare bench-viewer check-backends clean otelcol chromium semconv soak soak-serve soak-fleet
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,12 @@ bench-viewer: $(TESTING)
 bench-quick: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" $(BIN)/python bench/run_all.py --quick
+
+# What moved by more than 5 % since BASE (a commit with a file in
+# bench/results/, which `make bench` writes): a report, not a test.
+bench-compare: $(TESTING)
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<commit> [NEW=<commit>]"; exit 2; }
+	$(BIN)/python bench/compare.py $(BASE) $(NEW)
 
 # The fleet soak, long (`make test` runs a short one): producers, the load
 # balancer, gateway + serve backends sharing a fleet folder, the fake

@@ -1,25 +1,66 @@
-"""`make bench`: every benchmark, one after the other, figures on stdout.
+"""`make bench`: every benchmark, one after the other, figures on stdout
+and in `bench/results/<commit>.json` (see results.py; `make bench-compare
+BASE=<commit>` then prints what moved).
 
 Quick mode (`--quick`) shortens each run for a smoke check; the figures in
-docs/performance.md come from a full run.
+docs/performance.md come from a full run. `--only NAME[,NAME]` runs only the
+scripts of those names (`--only in_process`), and still writes the file.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import subprocess
 import sys
 
+import results
+
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+FIGURES: dict[str, tuple[float, str]] = {}
+LOADS: list[float] = []
+ONLY: set[str] = set()
 
 
 def run(script: str, *args: str) -> None:
-    print(f"\n=== {script} {' '.join(args)}", flush=True)
-    subprocess.run([sys.executable, os.path.join(HERE, script), *args], check=True)
+    """Run one benchmark, its output shown as it comes, its figures kept
+    under a label naming the run (``in_process[--rate 400]/...``)."""
+    name = script.removesuffix(".py")
+    if ONLY and name not in ONLY:
+        return
+    label = f"{name}[{' '.join(args)}]" if args else name
+    LOADS.append(os.getloadavg()[0])
+    print(f"\n=== {script} {' '.join(args)} (load {LOADS[-1]:.2f})", flush=True)
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, script), *args], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    output = []
+    for line in process.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        output.append(line)
+    if process.wait() != 0:
+        raise SystemExit(f"{script} failed (exit {process.returncode})")
+    for figure, value in results.figures_in("".join(output)).items():
+        FIGURES[f"{label}/{figure}"] = value
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs, for a smoke check")
+    parser.add_argument("--only", default="", help="scripts to run, by name: in_process,collector")
+    args = parser.parse_args()
+    ONLY.update(name for name in args.only.split(",") if name)
+    benchmarks(args.quick)
+    LOADS.append(os.getloadavg()[0])
+    path = results.write(FIGURES, LOADS, shlex.join(["bench/run_all.py", *sys.argv[1:]]))
+    print(f"\n{len(FIGURES)} figures written to {os.path.relpath(path)}")
+
+
+def benchmarks(quick: bool) -> None:
     if quick:
         run("in_process.py", "--episodes", "300", "--rounds", "1")
         run("in_process.py", "--episodes", "300", "--rounds", "1", "--rate", "400")

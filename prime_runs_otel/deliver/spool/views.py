@@ -128,20 +128,20 @@ def add_to_views(db: sqlite3.Connection, run_id: str, episodes: Sequence[StoredE
 
 
 def _add_histograms(db: sqlite3.Connection, run_id: str, facts: Sequence[EpisodeFacts]) -> None:
+    # Inline rather than a helper per value: export() runs this for every
+    # stored episode, and a call per value was most of its Python time.
     counts: dict[tuple[str, float], int] = {}
-
-    def count(name: str, value: float | None) -> None:
-        if value is None or not math.isfinite(value):
-            return
-        key = (name, bucket_of(value))
-        counts[key] = counts.get(key, 0) + 1
-
+    isfinite = math.isfinite
     for fact in facts:
-        count("reward", fact.reward)
-        count("tokens", fact.tokens)
-        count("duration", fact.duration)
-        for latency in fact.call_latencies:
-            count("call_latency", latency)
+        for name, value in (
+            ("reward", fact.reward),
+            ("tokens", fact.tokens),
+            ("duration", fact.duration),
+            *(("call_latency", latency) for latency in fact.call_latencies),
+        ):
+            if value is not None and isfinite(value):
+                key = (name, float(f"{value:.3g}"))  # bucket_of, inline
+                counts[key] = counts.get(key, 0) + 1
     insert_rows(
         db,
         "run_histograms (run_id, name, bucket, count)",
@@ -179,26 +179,39 @@ class _Point:
 
     def add(self, digest: EpisodeDigest) -> None:
         facts = digest.facts
+        metrics = self.metrics
         self.episodes += 1
         self.failed += not digest.ok
         if facts.reward is not None:
             self.rewarded += 1
             self.reward_sum += facts.reward
         for name, value in facts.metrics:
-            total = self.metrics.setdefault(name, [0.0, 0])
-            total[0] += value
-            total[1] += 1
+            total = metrics.get(name)
+            if total is None:
+                metrics[name] = [0.0 + value, 1]
+            else:
+                total[0] += value
+                total[1] += 1
+
+    def merge(self, other: _Point) -> None:
+        """Add the episodes of ``other`` (a block inside this one)."""
+        self.episodes += other.episodes
+        self.failed += other.failed
+        self.rewarded += other.rewarded
+        self.reward_sum += other.reward_sum
+        for name, (total, number) in other.metrics.items():
+            mine = self.metrics.get(name)
+            if mine is None:
+                self.metrics[name] = [total, number]
+            else:
+                mine[0] += total
+                mine[1] += number
 
 
 def _add_series(
     db: sqlite3.Connection, run_id: str, episodes: Sequence[StoredEpisode], now: float
 ) -> None:
-    points: dict[tuple[int, int], _Point] = {}
-    for episode in episodes:
-        for axis in EPISODE_AXES:
-            points.setdefault((axis, episode.ordinal // axis), _Point()).add(episode.digest)
-        if episode.step is not None:
-            points.setdefault((STEP_AXIS, episode.step), _Point()).add(episode.digest)
+    points = _points(episodes)
     stored: dict[tuple[int, int], tuple[str, float]] = {}
     for axis in {axis for axis, _ in points}:
         chosen = [point for each, point in points if each == axis]
@@ -247,6 +260,33 @@ def _add_series(
         "reward_sum = reward_sum + excluded.reward_sum, metrics = excluded.metrics, "
         "last_seen = excluded.last_seen",
     )
+
+
+def _points(episodes: Sequence[StoredEpisode]) -> dict[tuple[int, int], _Point]:
+    """What ``episodes`` add to each point of the run's series.
+
+    Each episode is added once to its block of the finest axis and to its
+    step; the coarser blocks are sums of the finer ones (each axis's block
+    size divides the next), not a second and third pass over the episodes."""
+    finest, *coarser = EPISODE_AXES
+    points: dict[tuple[int, int], _Point] = {}
+    for episode in episodes:
+        _point_at(points, (finest, episode.ordinal // finest)).add(episode.digest)
+        if episode.step is not None:
+            _point_at(points, (STEP_AXIS, episode.step)).add(episode.digest)
+    blocks = [(number, block) for (axis, number), block in points.items() if axis == finest]
+    for axis in coarser:
+        for number, block in blocks:
+            _point_at(points, (axis, number * finest // axis)).merge(block)
+    return points
+
+
+def _point_at(points: dict[tuple[int, int], _Point], key: tuple[int, int]) -> _Point:
+    point = points.get(key)
+    if point is None:
+        point = _Point()
+        points[key] = point
+    return point
 
 
 def _add_examples(db: sqlite3.Connection, run_id: str, episodes: Sequence[StoredEpisode]) -> None:
