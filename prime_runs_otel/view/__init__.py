@@ -16,6 +16,6 @@ episode.
   SVG; ``html``: the templates' environment, links and escaping;
   ``pages`` and ``templates/``: each page's HTML;
 - ``app``: the Starlette app (routes on the path as sent, who may read,
-  answers); ``server``: uvicorn. Only ``app``, ``html``, ``pages`` and
+  answers); ``server``: uvicorn. Only ``app``, ``html``, ``pages``, ``charts`` and
   ``server`` need the ``ui`` extra: ``show`` imports none of them.
 """
