@@ -598,3 +598,21 @@ def test_episodes_of_interleaved_runs_are_numbered_within_each(tmp_path: Path) -
             second = client.get(f"/runs/{run_id}/episodes?page=1").text
             assert re.findall(r'<tr><td class="num">(\d+)</td>', second)[:2] == ["1", "2"]
     spool.close()
+
+
+def test_a_run_on_the_platform_links_there_and_only_to_a_web_address(tmp_path: Path) -> None:
+    spool = open_spool(tmp_path / "spool")
+    for run_id, address in (
+        ("on-platform", "https://app.example/runs/p-1"),
+        ("odd-address", "javascript:alert(1)"),
+    ):
+        spool.ingest([RunBatch(RunIdentity(run_id), start=RunStart({}))], mode="online")
+        spool.update_run(run_id, platform_id=f"p-{run_id}", url=address, create_state="created")
+    with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
+        runs = client.get("/").text
+        run = client.get("/runs/on-platform").text
+        odd = client.get("/runs/odd-address").text
+    assert 'href="https://app.example/runs/p-1"' in runs
+    assert 'href="https://app.example/runs/p-1"' in run and "the run on the platform" in run
+    assert "javascript:" not in runs and "javascript:" not in odd.split("<table")[0]
+    spool.close()

@@ -526,3 +526,21 @@ def test_ui_without_its_extra_says_what_to_install_and_show_needs_none(tmp_path:
     )
     assert show.returncode == 0, show.stderr
     assert "demo-eval" in show.stdout
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(path=st.binary(max_size=40), rest=st.binary(max_size=40))
+def test_any_token_link_redirects_to_a_path_of_the_viewer(
+    spool: Spool, path: bytes, rest: bytes
+) -> None:
+    app = ViewerApp(spool, token=TOKEN)
+    status, headers, _ = call(
+        app, b"/" + path.replace(b"?", b"") + b"?" + rest + b"&token=" + TOKEN.encode()
+    )
+    assert status == 303
+    location = headers["location"]
+    assert location.isascii() and not any(ord(char) < 0x21 for char in location)
+    assert (
+        location.startswith("/") and not location.startswith(("//", "/\\")) and "\\" not in location
+    )
+    assert urlsplit(urljoin("http://127.0.0.1:8765/a/b", location)).netloc == "127.0.0.1:8765"

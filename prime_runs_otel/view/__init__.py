@@ -11,7 +11,11 @@ episode.
 - ``run_data``, ``episodes``, ``compare``: each page's data;
   ``distributions``: bins, percentiles and series from the kept aggregates;
   ``older``: runs stored by an earlier release, read into the views once;
-- ``charts``: server-side SVG; ``html``: the layout and escaping;
-  ``pages``: each page's HTML;
-- ``app``: the ASGI app (routes, who may read, answers); ``server``: uvicorn.
+- ``chart_data``: a run's curves as JSON, drawn in the browser by uPlot
+  (``static/``); ``charts``: the distributions and scatter as server-side
+  SVG; ``html``: the templates' environment, links and escaping;
+  ``pages`` and ``templates/``: each page's HTML;
+- ``app``: the Starlette app (routes on the path as sent, who may read,
+  answers); ``server``: uvicorn. Only ``app``, ``html``, ``pages``, ``charts`` and
+  ``server`` need the ``ui`` extra: ``show`` imports none of them.
 """
