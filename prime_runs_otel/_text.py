@@ -13,7 +13,7 @@ import logging
 import re
 from typing import Any
 
-__all__ = ["OneLineFormatter", "configure_logging", "one_line", "shown"]
+__all__ = ["OneLineFormatter", "configure_logging", "human_bytes", "one_line", "shown"]
 
 #: C0 and C1 controls (newline, escape, carriage return, ...), DEL, lone
 #: surrogates, and the bidirectional overrides that reorder what is displayed.

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from small_disks import grow, tmpfs, total_bytes, used_bytes
 from test_receiver import (
     ServeProcess,
@@ -27,6 +29,7 @@ from test_receiver import (
 
 import prime_runs_otel as pro
 from prime_runs_otel.deliver.spool import Spool
+from prime_runs_otel.deliver.spool.size import SMALL_DISK_MIN_RESERVE, reserve_for
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 
 __all__ = ["start_serve"]  # the fixture, shared with test_receiver
@@ -110,3 +113,20 @@ def test_a_run_in_process_on_a_small_disk_stores_episodes_and_more_once_it_grows
         grown = second.finish()
         print(f"16 MiB: {grown.episodes} stored, {grown.rejected} refused")
         assert grown.episodes == 400 and grown.rejected == 0, grown.describe()
+
+
+@given(
+    cap=st.integers(min_value=1, max_value=2**44),
+    total=st.integers(min_value=0, max_value=2**44),
+    more=st.integers(min_value=0, max_value=2**40),
+)
+def test_the_reserve_never_passes_a_16th_of_the_disk_and_grows_with_it(
+    cap: int, total: int, more: int
+) -> None:
+    reserve = reserve_for(cap, total)
+    full = reserve_for(cap, None)
+    assert reserve <= full
+    assert reserve <= max(SMALL_DISK_MIN_RESERVE, total // 16 + 1)
+    assert reserve_for(cap, total + more) >= reserve, "a disk that grows never keeps less"
+    if total >= 16 * full:
+        assert reserve == full, "a disk of usual size keeps the full reserve"
