@@ -58,9 +58,11 @@ def path_for(commit_id: str) -> str:
     return os.path.join(RESULTS, f"{commit_id}.json")
 
 
-def write(figures: dict[str, tuple[float, str]], loads: list[float], command: str) -> str:
-    """Write the figures of the commit at hand; returns the file's path."""
-    commit_id = commit()
+def write(
+    commit_id: str, figures: dict[str, tuple[float, str]], loads: list[float], command: str
+) -> str:
+    """Write the figures measured on ``commit_id`` (the commit at hand when
+    the benchmarks began); returns the file's path."""
     document: dict[str, Any] = {
         "commit": commit_id,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -54,9 +54,11 @@ def main() -> None:
     parser.add_argument("--only", default="", help="scripts to run, by name: in_process,collector")
     args = parser.parse_args()
     ONLY.update(name for name in args.only.split(",") if name)
+    measured = results.commit()  # before the runs: a commit made meanwhile is not theirs
     benchmarks(args.quick)
     LOADS.append(os.getloadavg()[0])
-    path = results.write(FIGURES, LOADS, shlex.join(["bench/run_all.py", *sys.argv[1:]]))
+    command = shlex.join(["bench/run_all.py", *sys.argv[1:]])
+    path = results.write(measured, FIGURES, LOADS, command)
     print(f"\n{len(FIGURES)} figures written to {os.path.relpath(path)}")
 
 
