@@ -194,7 +194,13 @@ class CountedBatchProcessor(BatchSpanProcessor):
             finally:
                 done.set()
 
-        threading.Thread(target=flush, name="prime-runs-otel-flush", daemon=True).start()
+        try:
+            threading.Thread(target=flush, name="prime-runs-otel-flush", daemon=True).start()
+        except RuntimeError:
+            # No new thread at interpreter shutdown (Python 3.12 and later
+            # refuse one in an atexit handler, where a run reports its crash):
+            # flush here, as the SDK does, whatever the timeout.
+            return BatchSpanProcessor.force_flush(self, timeout_millis)
         return done.wait(budget) and all(outcome) and bool(outcome)
 
 
