@@ -14,6 +14,7 @@ waits while the difference is high (:meth:`CountedBatchProcessor.wait_for_room`)
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -138,6 +139,7 @@ class CountedBatchProcessor(BatchSpanProcessor):
         self.settings = settings
         self.exporter = exporter
         self._lock = threading.Lock()
+        self._ends = itertools.count(1)
         self._taken = 0
         self._received = 0
         self._high_water = int(settings.max_queue_size * self.HIGH_WATER)
@@ -153,8 +155,9 @@ class CountedBatchProcessor(BatchSpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         context = span.context
         if context is not None and context.trace_flags.sampled:
-            with self._lock:
-                self._taken += 1
+            # No lock on the producer's path: next() on a count is atomic,
+            # and a racing thread can only leave the figure a span behind.
+            self._taken = next(self._ends)
         super().on_end(span)
 
     def _exported(self, count: int) -> None:
@@ -191,7 +194,13 @@ class CountedBatchProcessor(BatchSpanProcessor):
             finally:
                 done.set()
 
-        threading.Thread(target=flush, name="prime-runs-otel-flush", daemon=True).start()
+        try:
+            threading.Thread(target=flush, name="prime-runs-otel-flush", daemon=True).start()
+        except RuntimeError:
+            # No new thread at interpreter shutdown (Python 3.12 and later
+            # refuse one in an atexit handler, where a run reports its crash):
+            # flush here, as the SDK does, whatever the timeout.
+            return BatchSpanProcessor.force_flush(self, timeout_millis)
         return done.wait(budget) and all(outcome) and bool(outcome)
 
 
@@ -227,4 +236,5 @@ def _forget_queue(reference: weakref.ref[CountedBatchProcessor]) -> None:
     processor = reference()
     if processor is not None:
         processor._lock = threading.Lock()
+        processor._ends = itertools.count(1)
         processor._taken = processor._received = 0

@@ -105,3 +105,24 @@ def test_force_flush_returns_within_its_timeout_while_an_export_cannot_finish(
     # The export went on after the timeout: nothing is lost.
     assert run.tracer_provider.force_flush(timeout_millis=int(WAIT * 1000))
     assert run.finish(timeout=60).episodes == 1
+
+
+def test_force_flush_flushes_in_place_where_no_thread_can_start(
+    isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.12 and later refuse a new thread in an atexit handler, where a
+    run never finished reports its crash; this interpreter does not, so the
+    refusal is stood in for (the one stand-in in this file): the flush then
+    happens on the calling thread and the episode is kept."""
+    run = pro.start_run(name="no-threads", environments=["env-a"], child_spans=False)
+    run.record_episode(synthetic_episode(0))
+    run._handoff.drain()
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refused)
+        assert run.tracer_provider.force_flush(timeout_millis=30_000)
+    assert _queue(run).queued == 0
+    assert run.finish(timeout=60).episodes == 1

@@ -4,6 +4,14 @@ brought up to them.
 Every table is created if missing on open, columns added since the first
 release are added in place, and data that moved between tables is moved in
 one transaction: an upgrade never needs the spool emptied first.
+
+Why not one ``PRAGMA user_version`` step per change, as tools without an ORM
+often do: a column added is harmless to an older release reading the spool,
+and a version bumped for it would make that release refuse the spool
+outright. So only a change an older release cannot read past (data moved
+between tables) bumps ``SCHEMA_VERSION``, which an older release refuses
+with what to do; additions are declared (``ADDED_COLUMNS``) and checked on
+open, which costs a fraction of a millisecond.
 """
 
 from __future__ import annotations
