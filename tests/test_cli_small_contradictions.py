@@ -130,3 +130,21 @@ def test_prune_and_compact_agree_on_what_they_freed() -> None:
     told = _cli("compact")
     assert "0 B given back" in told.stdout, told.stdout
     assert "from now on" not in told.stdout  # rm and prune already did, before it
+
+
+def test_demo_with_telemetry_disabled_says_nothing_is_kept() -> None:
+    store = Path(os.environ["PRIME_RUNS_OTEL_DIR"])
+    for switch in ({"OTEL_SDK_DISABLED": "true"}, {"PRIME_RUNS_MODE": "disabled"}):
+        done = subprocess.run(
+            [sys.executable, "-m", "prime_runs_otel.cli", "demo", "--episodes", "5"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env={**os.environ, **switch},
+        )
+        assert done.returncode == 0, done.stderr
+        assert "telemetry is disabled" in done.stdout, done.stdout
+        assert "5 recorded, none sent or kept" in done.stdout
+        for false_statement in ("kept locally", "stored", " show ", "where to look"):
+            assert false_statement not in done.stdout, (switch, done.stdout)
+        assert not store.exists(), "a disabled run left a store behind"

@@ -397,3 +397,40 @@ def test_an_interrupted_eval_ends_as_with_push_or_better(
     crashed = online.run(ids["otel"])
     assert crashed.status == "FAILED" and (crashed.error_message or "").startswith("crashed")
     assert len(online.episodes(ids["otel"])) == 2
+
+
+def test_vf_eval_under_the_launcher_without_a_key_is_kept_locally(
+    model: FakeOpenAI, tmp_path: Path
+) -> None:
+    """No key anywhere: `vf-eval`, which asks prime-runs for an online run,
+    runs to its end under the launcher, and its run is in the local store,
+    as the launcher says before it starts."""
+    out = tmp_path / "outputs"
+    out.mkdir()
+    env = {
+        **os.environ,
+        "FAKE_MODEL_KEY": "unused",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TASKSET), os.environ.get("PYTHONPATH")])),
+    }
+    assert not env.get("PRIME_API_KEY")
+    launcher = [str(BIN / "prime-runs-otel"), "run", "--"]
+    done = subprocess.run(
+        vf_eval_command(model, out, launcher=launcher),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "no API key, so runs are kept locally" in done.stderr
+    listed = subprocess.run(
+        [str(BIN / "prime-runs-otel"), "runs", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    (run,) = json.loads(listed.stdout)
+    assert run["mode"] == "local" and run["name"] == "arith-eval", run
+    assert run["episodes"] == 6 and run["status"] == "completed", run

@@ -55,9 +55,13 @@ def launch(command: Sequence[str]) -> None:
             "for example prime-runs-otel run -- vf-eval my-taskset -m my-model"
         )
     program = _program(command[0])
-    _say_where_local_runs_go()
+    env = child_environment(os.environ)
+    if _runs_stay_local():
+        # Without a key a caller that asks for online anyway (`vf-eval --push`
+        # always does) would fail at its first run: its runs stay here instead.
+        env["PRIME_RUNS_MODE"] = "local"
     try:
-        os.execve(program, list(command), child_environment(os.environ))
+        os.execve(program, list(command), env)
     except OSError as exc:
         raise ConfigError(
             f"{command[0]!r} cannot be run ({exc.strerror}); a script needs a first line "
@@ -91,25 +95,26 @@ def _program(name: str) -> str:
     raise ConfigError(f"{name!r} was not found on PATH; check the command's name, or give its path")
 
 
-def _say_where_local_runs_go() -> None:
-    """One line, before the command starts, when its runs will stay on this
-    machine (no API key): where they are kept and how to look at them.
-    Settings are read only when the environment leaves "local" possible:
-    no key in it, no other mode, runs exported in process (not over OTLP
-    to a collector, whose ``serve`` keeps them)."""
+def _runs_stay_local() -> bool:
+    """Whether the command's runs will stay on this machine (no API key, or
+    ``PRIME_RUNS_MODE=local``); if so, says where they are kept and how to
+    look at them, in one line before the command starts. Settings are read
+    only when the environment leaves "local" possible: no key in it, no
+    other mode, runs exported in process (not over OTLP to a collector,
+    whose ``serve`` keeps them)."""
     exporters = os.environ.get("OTEL_TRACES_EXPORTER", "prime_runs")
     if "prime_runs" not in {name.strip() for name in exporters.split(",")}:
-        return
+        return False
     if os.environ.get("PRIME_API_KEY"):
-        return
+        return False
     if os.environ.get("PRIME_RUNS_MODE", "").strip().lower() in ("online", "disabled"):
-        return
+        return False
     from ..config import resolve_settings
 
     try:
         settings = resolve_settings()
     except ConfigError:
-        return  # the command's own runs report the setting, where it is read
+        return False  # the command's own runs report the setting, where it is read
     if settings.mode == "local":
         print(
             f"prime-runs-otel: no API key, so runs are kept locally in {settings.spool_dir}; "
@@ -118,3 +123,5 @@ def _say_where_local_runs_go() -> None:
             file=sys.stderr,
             flush=True,
         )
+        return True
+    return False
