@@ -624,12 +624,13 @@ class Run:
         # Every episode handed over becomes its spans before the run's end does.
         self._handoff.close()
         if self._owns_lifecycle:
-            emitted = self._recorded - self._unencodable
             emit_run_end(
                 self._tracer,
                 status,
                 error,
-                episodes_recorded=emitted,
+                # What became spans, counted where it happened: a Ctrl-C in
+                # record_episode may land after the put and before its count.
+                episodes_recorded=self._handoff.handled,
                 episodes_unencodable=self._unencodable,
                 summary=summary,
                 link=self.start_link,
