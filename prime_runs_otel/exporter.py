@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -300,6 +300,14 @@ class PrimeRunsSpanExporter(SpanExporter):
                 with self._seen_lock:
                     self._lost[local_id] = self._lost.get(local_id, 0) + count
 
+    def count_lost(self, local_id: str, count: int) -> None:
+        """``count`` episodes of the run never reached ``export()`` (left in
+        its hand-off when ``finish()`` could wait no longer): counted on the
+        run as rejected, as those whose commit failed are."""
+        with self._seen_lock:
+            self._lost[local_id] = self._lost.get(local_id, 0) + count
+        self._settle_lost()
+
     def lost(self, local_id: str) -> int:
         """Episodes of the run lost in this process and not yet counted in the spool."""
         return self._lost.get(local_id, 0)
@@ -452,12 +460,21 @@ class PrimeRunsSpanExporter(SpanExporter):
             ),
         )
 
-    def wait_closed(self, local_id: str, timeout: float) -> RunRow | None:
-        """The run once it is closed (or the deadline passes)."""
-        self._wait(local_id, timeout, lambda run: run.settled)
+    def wait_closed(
+        self, local_id: str, timeout: float, *, cut_short: Callable[[], bool] | None = None
+    ) -> RunRow | None:
+        """The run once it is closed (or the deadline passes, or
+        ``cut_short()`` says to stop waiting: a Ctrl-C during ``finish()``)."""
+        self._wait(local_id, timeout, lambda run: run.settled, cut_short)
         return self.spool.run(local_id)
 
-    def _wait(self, local_id: str, timeout: float, done: Any) -> bool:
+    def _wait(
+        self,
+        local_id: str,
+        timeout: float,
+        done: Any,
+        cut_short: Callable[[], bool] | None = None,
+    ) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         delay = 0.01
         while True:
@@ -466,7 +483,7 @@ class PrimeRunsSpanExporter(SpanExporter):
                 return True
             if run is not None and run.stopped:
                 return False
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (cut_short is not None and cut_short()):
                 return False
             if self._uploader is not None and os.getpid() == self._owner_pid:
                 self._uploader.wake()
