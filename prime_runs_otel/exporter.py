@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -324,6 +324,14 @@ class PrimeRunsSpanExporter(SpanExporter):
                 with self._seen_lock:
                     self._lost[local_id] = self._lost.get(local_id, 0) + count
 
+    def count_lost(self, local_id: str, count: int) -> None:
+        """``count`` episodes of the run never reached ``export()`` (left in
+        its hand-off when ``finish()`` could wait no longer): counted on the
+        run as rejected, as those whose commit failed are."""
+        with self._seen_lock:
+            self._lost[local_id] = self._lost.get(local_id, 0) + count
+        self._settle_lost()
+
     def lost(self, local_id: str) -> int:
         """Episodes of the run lost in this process and not yet counted in the spool."""
         return self._lost.get(local_id, 0)
@@ -476,13 +484,16 @@ class PrimeRunsSpanExporter(SpanExporter):
             ),
         )
 
-    def wait_closed(self, local_id: str, timeout: float) -> RunRow | None:
+    def wait_closed(
+        self, local_id: str, timeout: float, *, cut_short: Callable[[], bool] | None = None
+    ) -> RunRow | None:
         """The run once it is closed (or the deadline passes). A run the
         platform has not acknowledged since it started, with an error
         recorded (it could not be reached, or refused for now), waits only
         ``UNREACHABLE_FINISH_WAIT`` more from the moment that is known, and
         says so: its episodes are safe in the spool, and ``push`` delivers
-        them later."""
+        them later. ``cut_short()`` says to stop waiting at once (a Ctrl-C
+        during ``finish()``)."""
         deadline = time.monotonic() + max(0.0, timeout)
         shortened = False
 
@@ -507,10 +518,16 @@ class PrimeRunsSpanExporter(SpanExporter):
                 )
             return now >= deadline
 
-        self._wait(local_id, timeout, over)
+        self._wait(local_id, timeout, over, cut_short)
         return self.spool.run(local_id)
 
-    def _wait(self, local_id: str, timeout: float, done: Any) -> bool:
+    def _wait(
+        self,
+        local_id: str,
+        timeout: float,
+        done: Any,
+        cut_short: Callable[[], bool] | None = None,
+    ) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         delay = 0.01
         while True:
@@ -519,7 +536,7 @@ class PrimeRunsSpanExporter(SpanExporter):
                 return True
             if run is not None and run.stopped:
                 return False
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (cut_short is not None and cut_short()):
                 return False
             if self._uploader is not None and os.getpid() == self._owner_pid:
                 self._uploader.wake()

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,16 +35,19 @@ from opentelemetry.trace import SpanContext, Tracer
 
 from . import __version__
 from . import semconv as sc
+from ._ctrl_c import CtrlC
+from ._wakeup import POLL, Wakeup
 from .batching import CountedBatchProcessor, batch_processor
 from .config import Settings, env_flag, refuse_overrides, resolve_settings
 from .deliver.advice import next_step
+from .deliver.spool import RunRow
 from .errors import ConfigError, PrimeRunsOtelError
 from .exporter import PrimeRunsSpanExporter
 from .produce.episode import prepare_episode, record_episode
-from .produce.handoff import Handoff
+from .produce.handoff import Handoff, NotDrained
 from .produce.resource import run_resource
 from .produce.run_config import normalize_config
-from .produce.run_spans import emit_metrics, emit_run_end, emit_run_start
+from .produce.run_spans import emit_metrics, emit_run_end, emit_run_start, summary_json
 from .produce.signals import NO_SIGNALS, Signals
 from .providers import run_logger_provider, run_meter_provider
 from .read.checks import read_record
@@ -54,6 +58,26 @@ from .tracing import TracingExporter
 logger = logging.getLogger(__name__)
 
 TERMINAL_STATUSES = ("completed", "failed", "cancelled", "crashed")
+
+#: The end of a run finished with Ctrl-C: how ``replay`` finds a run its
+#: own interruption left cancelled, and what ``finish()`` records when a
+#: Ctrl-C lands while it ends a run that was completing.
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
+
+#: How long ``finish()`` lets the run's producer thread hand over the last
+#: episodes. Under a second normally (at most 128 wait there); longer only
+#: when something holds the thread up (a span processor that does not
+#: return, a span queue that stays full). What is left then is counted lost.
+DRAIN_WAIT = 120.0
+#: After a Ctrl-C during ``finish()``: what the hand-off still gets...
+INTERRUPTED_DRAIN_WAIT = 5.0
+#: ...what the local part of the end (the hand-off, the run's end, the
+#: commit into the spool) gets in all...
+INTERRUPTED_LOCAL_WAIT = 10.0
+#: ...and how long ``finish()`` still waits for the platform to close the
+#: run. What is not closed by then stays in the spool for ``push``.
+INTERRUPTED_PLATFORM_WAIT = 3.0
+
 
 #: ``true`` / ``false`` forces the agent and model-call child spans on or off
 #: for runs opened with ``start_run``; unset, they follow who is listening.
@@ -183,6 +207,51 @@ class RunProviders:
 _Handed = tuple[Any, str, bool, otel_context.Context]
 
 
+class _Ending:
+    """The local part of a run's end, done on a thread of its own: no Ctrl-C
+    is ever raised there, so it cannot be cut in two (the run left open with
+    episodes in memory), and the caller's thread waits for it as long as it
+    likes, and can be interrupted while it waits.
+
+    ``status`` may still change until the run's end is emitted (a Ctrl-C
+    during ``finish("completed")`` cancels the run); ``hurry()`` shortens
+    the wait for the hand-off. ``wake`` is posted when the work is done (and
+    by the Ctrl-C handler, so that the caller looks at once)."""
+
+    def __init__(self, status: str, error: str | None) -> None:
+        self.status = status
+        self.error = error
+        self.emitted = False
+        self.hurried = False
+        self.done = False
+        self.lost = 0
+        self.failure: BaseException | None = None
+        self.wake = Wakeup()
+        self.drain_deadline = time.monotonic() + DRAIN_WAIT
+        self._lock = threading.Lock()
+
+    def interrupted(self) -> None:
+        """Ctrl-C: a run that was completing is cancelled, if its end is
+        not out yet; the hand-off gets a few seconds more at most."""
+        with self._lock:
+            if not self.emitted and self.status == "completed":
+                self.status, self.error = "cancelled", INTERRUPTED
+            self.hurried = True
+            self.drain_deadline = min(
+                self.drain_deadline, time.monotonic() + INTERRUPTED_DRAIN_WAIT
+            )
+
+    def emit(self) -> tuple[str, str | None]:
+        """The status and error the run ends with, fixed from now on."""
+        with self._lock:
+            self.emitted = True
+            return self.status, self.error
+
+    def finished(self) -> None:
+        self.done = True
+        self.wake.post()
+
+
 class RunFinishedError(PrimeRunsOtelError):
     """An episode was recorded on a run that already finished."""
 
@@ -218,9 +287,15 @@ class RunResult:
         """The command that moves the run on, when it needs one."""
         if self.stopped:
             return next_step(self.local_id, self.error)
-        if self.pending:
+        if self.pending or self.left_open:
             return f"`prime-runs-otel push {self.local_id}`"
         return None
+
+    @property
+    def left_open(self) -> bool:
+        """Ended here but not closed on the platform yet (the wait ran out,
+        or a Ctrl-C cut it short): ``push`` closes it."""
+        return self.mode == "online" and not self.closed and self.status in TERMINAL_STATUSES
 
     def describe(self) -> str:
         where = self.url or (f"platform run {self.platform_id}" if self.platform_id else None)
@@ -250,6 +325,8 @@ class RunResult:
             text += f". Last error: {self.error}"
         if not self.stopped and self.pending:
             text += f". Pending episodes stay in the spool: {self.next_step}"
+        elif not self.stopped and self.left_open:
+            text += f". Not closed on the platform yet: {self.next_step} closes it"
         return text
 
 
@@ -303,6 +380,8 @@ class Run:
         self._forked = False
         self._warned_metrics = False
         self.result: RunResult | None = None
+        #: The end under way, once finish() began.
+        self._ending: _Ending | None = None
         atexit.register(self._on_exit)
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _disown(reference))
@@ -539,43 +618,175 @@ class Run:
         platform. What is not delivered by then stays in the spool.
 
         ``summary`` replaces the run summary aggregated from the episodes
-        (``avg_reward``, ``avg_metrics``, ``avg_error``) with your own."""
+        (``avg_reward``, ``avg_metrics``, ``avg_error``) with your own.
+
+        Ctrl-C during ``finish()`` does not cut the end in two: a run that
+        was completing ends cancelled (unless its end was out already),
+        ``finish()`` still waits for the run's end and every episode handed
+        over to be in the spool (a few seconds at most), then for the
+        platform ``INTERRUPTED_PLATFORM_WAIT`` seconds at most, and only then
+        raises ``KeyboardInterrupt``; :attr:`result` says where the run was
+        left (``push`` completes what the platform does not have yet)."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(
                 f"status must be one of {', '.join(TERMINAL_STATUSES)}, not {status!r}"
             )
+        summary_json(summary)  # refused here, before the run starts ending
         with self._lock:
-            if self._finished:
-                assert self.result is not None
-                return self.result
+            already = self._finished
             self._finished = True
-        atexit.unregister(self._on_exit)
+            if not already:
+                self._ending = _Ending(status, error)
+        ending = self._ending
+        if already or ending is None:
+            return self._finished_elsewhere()
         budget = self._finish_timeout if timeout is None else timeout
-        # Every episode handed over becomes its spans before the run's end does.
-        self._handoff.close()
-        if self._owns_lifecycle:
-            emitted = self._recorded - self._unencodable
-            emit_run_end(
-                self._tracer,
-                status,
-                error,
-                episodes_recorded=emitted,
-                episodes_unencodable=self._unencodable,
-                summary=summary,
-                link=self.start_link,
-            )
-        self._provider.force_flush()
-        self._providers.close()
-        # A forked child only flushes what it recorded: the run goes on in the
-        # parent, so it is reported as running, and not as a problem.
-        result = self._result(status if self._owns_lifecycle else "running", budget)
+        with CtrlC(ending.wake) as ctrl_c:
+            threading.Thread(
+                target=self._end_locally,
+                args=(ending, summary),
+                name=f"prime-runs-otel-end-{self.id}",
+                daemon=True,
+            ).start()
+            committed = self._wait_for_end(ending, ctrl_c)
+            result = self._settle(ending, committed, budget, ctrl_c)
+        if ctrl_c.count:
+            raise KeyboardInterrupt
+        if ending.failure is not None:
+            raise ending.failure
+        return result
+
+    def _finished_elsewhere(self) -> RunResult:
+        """finish() again: the first call's result, once its end is local."""
+        ending = self._ending
+        if ending is not None and not ending.done:
+            _wait_quietly(ending, INTERRUPTED_LOCAL_WAIT)
+        if self.result is not None:
+            return self.result
+        return self.snapshot(ending.status if ending is not None else None)
+
+    def _end_locally(self, ending: _Ending, summary: Mapping[str, Any] | None) -> None:
+        """On the end's own thread: every episode handed over becomes its
+        spans (or is counted lost), then the run's end, then all of it is
+        committed to the spool."""
+        try:
+            lost = self._close_handoff(ending)
+            status, error = ending.emit()
+            if self._owns_lifecycle:
+                emit_run_end(
+                    self._tracer,
+                    status,
+                    error,
+                    # What became spans, counted where it happened: an
+                    # interrupted record_episode may or may not have queued.
+                    episodes_recorded=self._handoff.handled,
+                    episodes_unencodable=self._unencodable,
+                    summary=summary,
+                    link=self.start_link,
+                )
+            if lost and self.settings.mode != "disabled":
+                self._exporter.count_lost(self.id, lost)
+            self._provider.force_flush()
+            self._providers.close()
+            if self._owns_lifecycle and self.settings.mode == "local":
+                # Closed here, not on the uploader's next pass: the process
+                # may be gone before that (a second Ctrl-C).
+                self._exporter.spool.close_local_run(self.id)
+        except BaseException as exc:  # raised to the caller by finish()
+            ending.failure = exc
+        finally:
+            ending.finished()
+
+    def _close_handoff(self, ending: _Ending) -> int:
+        """Drain the hand-off until ``ending.drain_deadline`` (which a Ctrl-C
+        brings closer); what is left then is taken off and counted lost."""
+        while not self._handoff.drain(POLL):
+            if time.monotonic() >= ending.drain_deadline:
+                break
+        left: NotDrained[_Handed] | None = self._handoff.close(0)
+        if left is None:
+            return 0
+        ending.lost = left.count
+        logger.warning(
+            "Run %s: %d episode(s) were still waiting for the producer thread after %s; "
+            "they are not recorded and are counted as rejected%s",
+            self.id,
+            left.count,
+            "Ctrl-C" if ending.hurried else f"{DRAIN_WAIT:.0f}s",
+            " (one was being built and may still arrive)" if left.in_hand else "",
+        )
+        return left.count
+
+    def _wait_for_end(self, ending: _Ending, ctrl_c: CtrlC) -> bool:
+        """Wait for the local part of the end; a Ctrl-C makes it hurry and
+        bounds the wait (``INTERRUPTED_LOCAL_WAIT``). ``True`` once it is done."""
+        acted_on = 0
+        while not ending.done:
+            try:
+                if ctrl_c.count > acted_on:
+                    acted_on = ctrl_c.count
+                    ending.interrupted()
+                wait = POLL
+                if ctrl_c.first_at is not None:
+                    left = ctrl_c.first_at + INTERRUPTED_LOCAL_WAIT - time.monotonic()
+                    if left <= 0:
+                        return False
+                    wait = min(wait, left)
+                ending.wake.wait(wait)
+            except KeyboardInterrupt:  # somebody else's SIGINT handler raised it
+                ctrl_c.note()
+        return True
+
+    def _settle(self, ending: _Ending, committed: bool, budget: float, ctrl_c: CtrlC) -> RunResult:
+        """After the local part: wait for the platform, then say where the run is."""
+        status = ending.status
+        if not self._owns_lifecycle:
+            # A forked child only flushes what it recorded: the run goes on in
+            # the parent, so it is reported as running, and not as a problem.
+            status = "running"
+        run = None
+        if committed and ending.failure is None:
+            run = self._wait_closed(budget, ctrl_c)
+        result = self._describe(status, run)
         result = dataclasses.replace(result, unencodable=self._unencodable)
-        self._provider.shutdown()
+        if committed:
+            atexit.unregister(self._on_exit)
+            self._provider.shutdown()
         self.result = result
+        self._say(result, ending, ctrl_c)
+        return result
+
+    def _wait_closed(self, budget: float, ctrl_c: CtrlC) -> RunRow | None:
+        """The run once the platform closed it, or when the wait is over
+        (``budget``, or ``INTERRUPTED_PLATFORM_WAIT`` after a Ctrl-C)."""
+        if self.settings.mode == "disabled" or not self._owns_lifecycle:
+            return None
+        deadline = time.monotonic() + budget
+
+        def cut_short() -> bool:
+            first = ctrl_c.first_at
+            return first is not None and time.monotonic() >= first + INTERRUPTED_PLATFORM_WAIT
+
+        while True:
+            try:
+                left = max(0.0, deadline - time.monotonic())
+                return self._exporter.wait_closed(self.id, left, cut_short=cut_short)
+            except KeyboardInterrupt:  # somebody else's SIGINT handler raised it
+                ctrl_c.note()
+
+    def _say(self, result: RunResult, ending: _Ending, ctrl_c: CtrlC) -> None:
         settled = result.closed and not result.pending
         level = logging.INFO if settled or not self._owns_lifecycle else logging.WARNING
+        if ctrl_c.count:
+            level = logging.WARNING
+            logger.warning(
+                "prime-runs-otel: Ctrl-C while run %s was finishing: %s",
+                self.id,
+                "its end and every episode handed over are in the spool"
+                if ending.done
+                else "the run's end was not in the spool yet",
+            )
         logger.log(level, "prime-runs-otel: %s", result.describe())
-        return result
 
     @property
     def finishing(self) -> bool:
@@ -614,12 +825,6 @@ class Run:
         if self.settings.mode != "online":
             return True
         return self._exporter.wait_delivered(self.id, timeout)
-
-    def _result(self, status: str, budget: float) -> RunResult:
-        run = None
-        if self.settings.mode != "disabled" and self._owns_lifecycle:
-            run = self._exporter.wait_closed(self.id, budget)
-        return self._describe(status, run)
 
     def _describe(self, status: str, run: Any) -> RunResult:
         settings = self.settings
@@ -666,13 +871,44 @@ class Run:
             self.finish("failed", f"{exc_type.__name__}: {exc}")
 
     def _on_exit(self) -> None:
+        """At interpreter exit: a run whose end is still being committed
+        (``finish()`` stopped waiting for it) gets the time it needs, within
+        ``INTERRUPTED_LOCAL_WAIT``; one never finished is reported crashed.
+        Before the SDK's own exit handler shuts the span pipeline down (it
+        was registered first, so it runs after this)."""
+        ending = self._ending
+        if ending is not None:
+            if not _wait_quietly(ending, INTERRUPTED_LOCAL_WAIT):
+                logger.warning(
+                    "Run %s: its end was still not in the spool at exit; the next process "
+                    "to open the spool reports it crashed",
+                    self.id,
+                )
+            return
         if self._finished or not self._owns_lifecycle:
             return
         logger.warning("Run %s was never finished; reporting it as crashed", self.id)
         try:
             self.finish("crashed", "the process exited without finishing the run")
+        except KeyboardInterrupt:
+            pass  # finish() has said where it left the run
         except Exception as exc:
             logger.warning("Run %s: reporting the crash failed: %s", self.id, exc)
+
+
+def _wait_quietly(ending: _Ending, timeout: float) -> bool:
+    """Wait up to ``timeout`` for ``ending`` to be done, Ctrl-C or not."""
+    deadline = time.monotonic() + timeout
+    while not ending.done:
+        try:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ending.wake.wait(min(left, POLL))
+        except KeyboardInterrupt:
+            pass
+    ending.wake.post()  # for anyone else waiting
+    return True
 
 
 def _disown(reference: weakref.ref[Run]) -> None:

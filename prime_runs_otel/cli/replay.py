@@ -14,7 +14,9 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from ..produce.traces_jsonl import (
     read_records,
     traces_file,
 )
-from ..run import Run, RunResult, start_run
+from ..run import INTERRUPTED, Run, RunResult, start_run
 from ..sampling import without_sdk
 from ..view.runs import run_view
 from .arguments import json_option, non_negative_float, positive_int, spool_option
@@ -48,8 +50,6 @@ DISABLED = (
     "telemetry is disabled (OTEL_SDK_DISABLED=true or PRIME_RUNS_MODE=disabled), so nothing "
     "is sent or kept; unset it to record runs"
 )
-#: The error a run interrupted with Ctrl-C ends with.
-INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -144,10 +144,19 @@ def _interrupted(run: Run, progress: Progress, *, as_json: bool) -> int:
     )
     try:
         result = run.finish("cancelled", INTERRUPTED)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # raised once the run's end is in the spool
+        return _stopped_waiting(run, run.settings.spool_path)
+    _nothing_left_to_stop()
     print_result(result, as_json=as_json)
     return EXIT_INTERRUPTED
+
+
+def _nothing_left_to_stop() -> None:
+    """The run is ended and in the spool: a Ctrl-C from now on has nothing
+    left to stop, and would only kill the process half way out (exit -2
+    instead of the code it is returning)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _record(run: Any, record: dict[str, Any], errors: list[str]) -> int:
@@ -257,6 +266,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             result = run.finish()
         except KeyboardInterrupt:
             return _stopped_waiting(run, settings.spool_path)
+        _nothing_left_to_stop()
         print_result(result, with_next_step=False)  # the summary below says it once
         if result.mode == "disabled":
             return EXIT_OK  # nothing to look at: nothing was kept
@@ -315,10 +325,19 @@ def _stopped_waiting(run: Run, spool_path: Path) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         if not run.finishing:
             run.finish(timeout=0)
-    local_id = run.id
+    _nothing_left_to_stop()
+    short = run.id[:12]
+    result = run.result
+    if result is not None and result.closed and not result.pending:
+        print(
+            f"\nstopped: run {short} {result.status} and closed, {result.episodes} episode(s) "
+            f"in {spool_path}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     print(
-        f"\nstopped waiting: run {local_id[:12]} and what is not delivered yet stay in "
-        f"{spool_path}; `prime-runs-otel push {local_id[:12]}` delivers it later",
+        f"\nstopped waiting: run {short} and what is not delivered yet stay in "
+        f"{spool_path}; `prime-runs-otel push {short}` delivers it later",
         file=sys.stderr,
     )
     return EXIT_INTERRUPTED

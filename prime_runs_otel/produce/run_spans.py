@@ -27,7 +27,7 @@ from .blobs import set_blob
 from .run_metrics import RunMetrics
 from .span_times import epoch_ns
 
-__all__ = ["emit_metrics", "emit_run_end", "emit_run_start", "emit_step_table"]
+__all__ = ["emit_metrics", "emit_run_end", "emit_run_start", "emit_step_table", "summary_json"]
 
 
 _ERROR_STATUSES = frozenset({"failed", "crashed"})
@@ -99,15 +99,7 @@ def emit_run_end(
     attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OPENINFERENCE_CHAIN
     outcome = status if episodes_recorded is None else f"{status}, {episodes_recorded} episode(s)"
     attributes[sc.OUTPUT_VALUE] = f"{outcome}: {error}" if error else outcome
-    text = None
-    if summary is not None:
-        try:
-            text = json.dumps(clean_metric_values(summary), separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"the run summary is not JSON-serialisable ({exc}); pass plain "
-                "str/int/float/bool/list/dict values"
-            ) from exc
+    text = summary_json(summary)
     span = tracer.start_span(sc.RUN_END_SPAN, attributes=attributes, links=_links(link))
     try:
         if status in _ERROR_STATUSES:
@@ -116,6 +108,21 @@ def emit_run_end(
             set_blob(span, tracer, sc.RUN_SUMMARY, text)
     finally:
         span.end()
+
+
+def summary_json(summary: Mapping[str, Any] | None) -> str | None:
+    """The run summary as the run's end carries it (non-finite numbers
+    dropped); ``ConfigError`` saying what to pass when it is not JSON. For a
+    caller that wants the refusal before it starts ending the run."""
+    if summary is None:
+        return None
+    try:
+        return json.dumps(clean_metric_values(summary), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the run summary is not JSON-serialisable ({exc}); pass plain "
+            "str/int/float/bool/list/dict values"
+        ) from exc
 
 
 def emit_metrics(

@@ -280,6 +280,21 @@ class SpoolRuns(SpoolCore):
             )
             return cursor.rowcount == 1
 
+    def close_local_run(self, local_id: str) -> bool:
+        """Close a local run whose end is recorded, as the uploader's next
+        pass would: for the process ending it, which may not see that pass.
+        ``False`` when there is nothing to close (not local, not ended, or
+        closed already)."""
+        now = time.time()
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE runs SET close_state = 'closed', closed_at = ?, updated_at = ? "
+                "WHERE local_id = ? AND mode = 'local' AND end_status IS NOT NULL "
+                "AND close_state != 'closed'",
+                (now, now, local_id),
+            )
+            return cursor.rowcount == 1
+
     def reopen_run(self, local_id: str) -> bool:
         """Take back a run's end so that its producer can finish it again
         (a replay run again after it was interrupted). Only while the end is
