@@ -99,12 +99,13 @@ def _start_up() -> float:
 
 def _trials(run_id: str, rng: random.Random) -> list[Trial]:
     commands = _commands(run_id)
+    start_up = _start_up()
     trials = []
     for index in range(TRIALS):
         command = commands[index % len(commands)]
         moment = ("spawn", "random", "random", "exit")[(index // len(commands)) % 4]
         # The imports, the store's opening, the command's own work.
-        delay = _start_up() * 0.7 + rng.uniform(0.0, 1.0) if moment == "random" else 0.0
+        delay = start_up * 0.7 + rng.uniform(0.0, 1.0) if moment == "random" else 0.0
         trials.append(Trial(command, moment, delay))
     return trials
 
