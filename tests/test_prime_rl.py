@@ -35,6 +35,11 @@ BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.xdist_group("prime-rl")
 
+#: A bound on each process a test starts, not an expected duration: a
+#: 12-step run takes seconds alone, minutes on two cores shared with a full
+#: test suite.
+PROCESS_TIMEOUT = 600
+
 #: opentelemetry-instrument, delivering in process (the distro's default is OTLP).
 INSTRUMENT_ENV = {
     "OTEL_TRACES_EXPORTER": "prime_runs",
@@ -78,7 +83,7 @@ def _orchestrate(
         env=_env(platform, **env),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_TIMEOUT,
     )
 
 
@@ -280,7 +285,7 @@ def _hang_then(
         # Steps 0 and 1: their train rows and step 0's eval row.
         _wait_for_the_spool(rows=3, episodes=2 * 4 + 2)
     process.send_signal(sig)
-    process.communicate(timeout=120)
+    process.communicate(timeout=PROCESS_TIMEOUT)
     return process
 
 
@@ -311,7 +316,7 @@ def _push_all(platform: FakePlatform) -> None:
         env=_env(platform),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_TIMEOUT,
     )
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
 
@@ -403,7 +408,7 @@ def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
         env=_env(platform, **launch),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_TIMEOUT,
     )
     assert trainer.returncode == 0, trainer.stderr
     assert not platform.runs()  # the trainer registers nothing: the owner does
@@ -425,7 +430,7 @@ def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
         env=_env(platform, PRL_RUN_ID="launch-2"),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_TIMEOUT,
     )
     assert alone.returncode == 0, alone.stderr
     assert Spool(resolve_settings().spool_path, max_bytes=10**9).run("prime-rl-launch-2") is None
@@ -556,7 +561,11 @@ print("ok")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(STANDIN), env.get("PYTHONPATH", "")])
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_TIMEOUT,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
@@ -594,7 +603,7 @@ def test_one_launcher_command_reaches_the_orchestrator_and_the_trainer(
         *("--max-steps", "3", "--eval-steps", "", "--quiet-steps"),
     )
     env = _env(platform, PRIME_RUNS_OTEL_PRIME_RL_TRAINER="true")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PROCESS_TIMEOUT)
     assert done.returncode == 0, done.stderr
     [run] = platform.runs()
     assert run.status == "COMPLETED"
