@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -214,11 +216,11 @@ class _Ending:
     likes, and can be interrupted while it waits.
 
     ``status`` may still change until the run's end is emitted (a Ctrl-C
-    during ``finish("completed")`` cancels the run); ``hurry()`` shortens
-    the wait for the hand-off. ``wake`` is posted when the work is done (and
-    by the Ctrl-C handler, so that the caller looks at once)."""
+    during ``finish("completed")`` cancels the run); ``interrupted()``
+    shortens the wait for the hand-off. ``wake`` is posted when the work is
+    done (and by the Ctrl-C handler, so that the caller looks at once)."""
 
-    def __init__(self, status: str, error: str | None) -> None:
+    def __init__(self, status: str, error: str | None, wake: Wakeup) -> None:
         self.status = status
         self.error = error
         self.emitted = False
@@ -226,9 +228,14 @@ class _Ending:
         self.done = False
         self.lost = 0
         self.failure: BaseException | None = None
-        self.wake = Wakeup()
+        self.wake = wake
         self.drain_deadline = time.monotonic() + DRAIN_WAIT
         self._lock = threading.Lock()
+        self._claimed = threading.Lock()
+
+    def claim(self) -> bool:
+        """``True`` for the first caller only: who does the work."""
+        return self._claimed.acquire(blocking=False)
 
     def interrupted(self) -> None:
         """Ctrl-C: a run that was completing is cancelled, if its end is
@@ -632,27 +639,31 @@ class Run:
                 f"status must be one of {', '.join(TERMINAL_STATUSES)}, not {status!r}"
             )
         summary_json(summary)  # refused here, before the run starts ending
-        with self._lock:
-            already = self._finished
-            self._finished = True
-            if not already:
-                self._ending = _Ending(status, error)
-        ending = self._ending
-        if already or ending is None:
-            return self._finished_elsewhere()
-        budget = self._finish_timeout if timeout is None else timeout
-        with CtrlC(ending.wake) as ctrl_c:
-            threading.Thread(
-                target=self._end_locally,
-                args=(ending, summary),
-                name=f"prime-runs-otel-end-{self.id}",
-                daemon=True,
-            ).start()
-            committed = self._wait_for_end(ending, ctrl_c)
-            result = self._settle(ending, committed, budget, ctrl_c)
+        wake = Wakeup()
+        # Ctrl-C is caught from before the run is marked finishing: none may
+        # land between that mark and the thread that ends the run.
+        with CtrlC(wake) as ctrl_c:
+            with self._lock:
+                already = self._finished
+                self._finished = True
+                if not already:
+                    self._ending = _Ending(status, error, wake)
+            ending = self._ending
+            if already or ending is None:
+                result = self._finished_elsewhere()
+            else:
+                threading.Thread(
+                    target=self._end_locally,
+                    args=(ending, summary),
+                    name=f"prime-runs-otel-end-{self.id}",
+                    daemon=True,
+                ).start()
+                committed = self._wait_for_end(ending, ctrl_c)
+                budget = self._finish_timeout if timeout is None else timeout
+                result = self._settle(ending, committed, budget, ctrl_c)
         if ctrl_c.count:
             raise KeyboardInterrupt
-        if ending.failure is not None:
+        if not already and ending is not None and ending.failure is not None:
             raise ending.failure
         return result
 
@@ -669,6 +680,8 @@ class Run:
         """On the end's own thread: every episode handed over becomes its
         spans (or is counted lost), then the run's end, then all of it is
         committed to the spool."""
+        if not ending.claim():
+            return  # done by the exit hook, this thread having never run
         try:
             lost = self._close_handoff(ending)
             status, error = ending.emit()
@@ -873,11 +886,13 @@ class Run:
     def _on_exit(self) -> None:
         """At interpreter exit: a run whose end is still being committed
         (``finish()`` stopped waiting for it) gets the time it needs, within
-        ``INTERRUPTED_LOCAL_WAIT``; one never finished is reported crashed.
+        ``INTERRUPTED_LOCAL_WAIT``; one never finished is ended cancelled
+        when Ctrl-C took the program down, and reported crashed otherwise.
         Before the SDK's own exit handler shuts the span pipeline down (it
         was registered first, so it runs after this)."""
         ending = self._ending
         if ending is not None:
+            self._end_locally(ending, None)  # nothing, unless its thread never ran
             if not _wait_quietly(ending, INTERRUPTED_LOCAL_WAIT):
                 logger.warning(
                     "Run %s: its end was still not in the spool at exit; the next process "
@@ -886,6 +901,12 @@ class Run:
                 )
             return
         if self._finished or not self._owns_lifecycle:
+            return
+        if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+            # Ctrl-C took the program down before it finished the run (a
+            # second one, right after the first, in a `with` block's exit).
+            with contextlib.suppress(KeyboardInterrupt):
+                self.finish("cancelled", INTERRUPTED, timeout=INTERRUPTED_PLATFORM_WAIT)
             return
         logger.warning("Run %s was never finished; reporting it as crashed", self.id)
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import pytest
 
 from prime_runs_otel.config import resolve_settings
 from prime_runs_otel.deliver.spool import Spool
-from prime_runs_otel.run import INTERRUPTED_DRAIN_WAIT
+from prime_runs_otel.run import INTERRUPTED, INTERRUPTED_DRAIN_WAIT
 
 #: Generous: what a scenario takes on a loaded two-core machine, many times over.
 SUBPROCESS_TIMEOUT = 180
@@ -271,3 +272,36 @@ def test_finish_ends_in_bounded_time_whatever_the_producer_thread_does(second: b
     # commit of the end, with a load's slack.
     drain = INTERRUPTED_DRAIN_WAIT if second else 3.0
     assert report["elapsed"] < 0.2 + drain + 10, report["elapsed"]
+
+
+#: A second Ctrl-C right after the first can land in a ``with`` block's
+#: exit before ``finish()`` began: here the KeyboardInterrupt leaves the
+#: program with the run never finished.
+UNFINISHED_AT_CTRL_C = textwrap.dedent(
+    """
+    import sys
+    import prime_runs_otel as pro
+    from prime_runs_otel.produce.synthetic import synthetic_episodes
+
+    run = pro.start_run(name="escaped", environments=["env-a"])
+    for episode in synthetic_episodes(200, seed=4, target_bytes=600):
+        run.record_episode(episode)
+    print(run.id, flush=True)
+    raise KeyboardInterrupt
+    """
+)
+
+
+def test_a_program_taken_down_by_ctrl_c_before_finish_ends_its_run_cancelled_at_exit() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", UNFINISHED_AT_CTRL_C],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        cwd=ROOT,
+    )
+    assert done.returncode == -signal.SIGINT, done.stderr[-2000:]
+    run = _run_row(done.stdout.split()[0])
+    assert (run.end_status, run.end_error, run.closed) == ("cancelled", INTERRUPTED, True)
+    assert run.episodes == run.end_expected == 200
+    assert "crashed" not in done.stderr

@@ -32,7 +32,7 @@ from ..produce.traces_jsonl import (
     read_records,
     traces_file,
 )
-from ..run import INTERRUPTED, Run, RunResult, start_run
+from ..run import INTERRUPTED, INTERRUPTED_PLATFORM_WAIT, Run, RunResult, start_run
 from ..sampling import without_sdk
 from ..view.runs import run_view
 from .arguments import json_option, non_negative_float, positive_int, spool_option
@@ -137,18 +137,31 @@ def _reopen_unfinished(spool_dir: str | None, run_key: str) -> None:
 
 def _interrupted(run: Run, progress: Progress, *, as_json: bool) -> int:
     """Ctrl-C while recording: the run ends as cancelled with what it has."""
-    progress.close()
-    print(
-        "interrupted: finishing the run as cancelled (Ctrl-C again to stop waiting)",
-        file=sys.stderr,
-    )
     try:
-        result = run.finish("cancelled", INTERRUPTED)
-    except KeyboardInterrupt:  # raised once the run's end is in the spool
-        return _stopped_waiting(run, run.settings.spool_path)
+        progress.close()
+        print(
+            "interrupted: finishing the run as cancelled (Ctrl-C again to stop waiting)",
+            file=sys.stderr,
+        )
+        try:
+            result = run.finish("cancelled", INTERRUPTED)
+        except KeyboardInterrupt:  # raised once the run's end is in the spool
+            return _stopped_waiting(run, run.settings.spool_path)
+    except KeyboardInterrupt:
+        _end_if_left(run)
+        raise
     _nothing_left_to_stop()
     print_result(result, as_json=as_json)
     return EXIT_INTERRUPTED
+
+
+def _end_if_left(run: Run | None) -> None:
+    """A second Ctrl-C that landed before the run began to finish (right
+    after the first) still leaves the run ended: cancelled, with what it has,
+    without a long wait for the platform."""
+    if run is not None and not run.finishing:
+        with contextlib.suppress(KeyboardInterrupt):
+            run.finish("cancelled", INTERRUPTED, timeout=INTERRUPTED_PLATFORM_WAIT)
 
 
 def _nothing_left_to_stop() -> None:
@@ -226,6 +239,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..produce.synthetic import synthetic_episodes
 
     fake = None
+    run: Run | None = None
     env_backup = dict(os.environ)
     try:
         if args.fake_platform:
@@ -290,6 +304,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"  {cli} rm {short}      # or drop it from the local store")
         ok = result.closed and not (result.pending or result.failed)
         return EXIT_OK if ok else EXIT_INCOMPLETE
+    except KeyboardInterrupt:
+        _end_if_left(run)  # before the fake platform goes
+        raise
     finally:
         os.environ.clear()
         os.environ.update(env_backup)
