@@ -4,10 +4,10 @@ front of them (which expose theirs on :8888).
 
 Two kinds of figures. Counters of this process (since it started, as
 Prometheus expects: ``rate()`` copes with a restart): requests by outcome,
-episodes accepted, stored, duplicated, refused, spans forwarded to their
-run's owner. And the spool's state, read when scraped: episodes by state
-(pending, delivered, failed, ...), runs by where they are, late episodes,
-the delivery lag and the spool's size. docs/collector.md says which alert
+episodes accepted, stored, duplicated, refused. And the spool's state, read
+when scraped: episodes by state (pending, delivered, failed, ...), runs by
+where they are, late episodes, the delivery lag and the spool's size (and
+with ``--kafka`` the member's consumer lag). docs/collector.md says which alert
 to set.
 """
 
@@ -35,7 +35,10 @@ FIGURES: dict[str, tuple[str, str]] = {
         "counter",
         "episodes refused, by reason (spool_full and unavailable are retried by the sender)",
     ),
-    "spans_forwarded_total": ("counter", "spans forwarded to the serve that owns their run"),
+    "kafka_lag": (
+        "gauge",
+        "with --kafka: records of this member's partitions not read yet",
+    ),
     "episodes": ("gauge", "episodes in the spool, by state"),
     "episodes_pending": ("gauge", "episodes stored and not delivered yet"),
     "episodes_delivered": ("gauge", "episodes in the spool the platform has acknowledged"),
@@ -85,6 +88,7 @@ def render(
     spool_bytes: int,
     spool_max_bytes: int,
     now: float | None = None,
+    kafka_lag: int | None = None,
 ) -> str:
     """Every figure in the Prometheus text exposition format (0.0.4)."""
     now = time.time() if now is None else now
@@ -110,6 +114,8 @@ def render(
         ("spool_bytes", {}, float(spool_bytes)),
         ("spool_max_bytes", {}, float(spool_max_bytes)),
     ]
+    if kafka_lag is not None:
+        samples.append(("kafka_lag", {}, float(kafka_lag)))
     return "".join(_lines(samples))
 
 
