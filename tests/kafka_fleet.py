@@ -10,21 +10,27 @@ missing, with the error saying what to install.
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_receiver import (
+    ENVIRONMENT,
     ServeProcess,
     post,
     protobuf_body,
-    run_spans,
     serve_env,
     wait_for,
 )
 
+from prime_runs_otel import emit_run_end, emit_run_start, record_episode, run_resource
 from prime_runs_otel.testing import FakePlatform
 from prime_runs_otel.testing.kafka_broker import Cluster, start
 
@@ -56,10 +62,18 @@ class Fleet:
         self.partitions = partitions
         self.members: list[ServeProcess] = []
         self._count = 0
+        self._lock = threading.Lock()
+
+    def add_many(self, count: int) -> list[ServeProcess]:
+        """``count`` members started at once (each start waits on Kafka, not on the CPU)."""
+        with futures.ThreadPoolExecutor(count) as pool:
+            return list(pool.map(lambda _: self.add(), range(count)))
 
     def add(self, *, name: str | None = None, root: Path | None = None) -> ServeProcess:
-        self._count += 1
-        where = root or self.root / f"member-{self._count}"
+        with self._lock:
+            self._count += 1
+            number = self._count
+        where = root or self.root / f"member-{number}"
         args = [
             "--kafka",
             self.cluster.bootstrap,
@@ -76,7 +90,8 @@ class Fleet:
         member = ServeProcess(where, member_env(where, self.platform), *args)
         member.ready_timeout = 120.0  # joining the group on a loaded machine
         member.start()
-        self.members.append(member)
+        with self._lock:
+            self.members.append(member)
         return member
 
     def alive(self) -> list[ServeProcess]:
@@ -100,13 +115,25 @@ class Fleet:
 
 
 def run_bodies(records: Sequence[dict[str, Any]], run_id: str, pieces: int) -> list[bytes]:
-    """A run as ``pieces`` requests: the start with the first, the end with the last."""
-    size = max(1, len(records) // pieces)
+    """A run as ``pieces`` requests: the start with the first, the end (which
+    counts every episode of the run) with the last."""
+    size = max(1, -(-len(records) // pieces))
     chunks = [records[i : i + size] for i in range(0, len(records), size)]
+    resource = run_resource(run_id=run_id, environments=[ENVIRONMENT], name=run_id)
     bodies = []
     for index, chunk in enumerate(chunks):
-        spans = run_spans(chunk, run_id=run_id, start=index == 0, end=index == len(chunks) - 1)
-        bodies.append(protobuf_body(spans))
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        tracer = provider.get_tracer("kafka-fleet")
+        if index == 0:
+            emit_run_start(tracer, {"temperature": 0.5})
+        for record in chunk:
+            record_episode(tracer, record)
+        if index == len(chunks) - 1:
+            emit_run_end(tracer, "completed", episodes_recorded=len(records))
+        provider.shutdown()
+        bodies.append(protobuf_body(memory.get_finished_spans()))
     return bodies
 
 
@@ -125,6 +152,8 @@ def assert_books(platform: FakePlatform, runs: dict[str, Sequence[dict[str, Any]
         (run,) = created
         assert run.status == "COMPLETED", (key, run.status, run.error_message)
         assert run.finalize_calls == 1, (key, run.finalize_calls)
+        written = run.metrics.get("prime_runs", {}).get("traces_episodes_written")
+        assert written == len(records), (key, "episodes the close counted", written)
         stored = sorted(episode["id"] for episode in platform.episodes(run.id))
         assert stored == sorted(record["id"] for record in records), key
         deliveries = platform.episode_deliveries(run.id)

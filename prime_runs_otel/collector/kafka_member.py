@@ -48,8 +48,9 @@ from .. import semconv
 from .._text import shown
 from ..deliver.kafka.owner import FleetOwnership, Intent
 from ..deliver.kafka.settings import MAX_RECORD_BYTES, KafkaSettings
+from ..deliver.kafka.spool import FleetSpool
 from ..deliver.kafka.state import RunState
-from ..deliver.spool import RunRow, Spool
+from ..deliver.spool import RunRow
 from ..errors import ConfigError
 from .intake import SpanIntake
 from .kafka_ingest import KIND_HEADER, LOGS
@@ -85,6 +86,7 @@ class _RunBook:
     #: Uploads recorded before they went out, not yet in the spool's books.
     intents: dict[str, list[str]] = field(default_factory=dict)
     creating_at: float | None = None
+    finalizing: bool = False
     #: Delivered elsewhere and not yet marked so here.
     delivered_elsewhere: set[str] = field(default_factory=set)
     adopted: bool = False
@@ -108,7 +110,7 @@ class KafkaMember:
         self,
         settings: KafkaSettings,
         member: str,
-        spool: Spool,
+        spool: FleetSpool,
         intake: SpanIntake,
         logs: LogIntake,
         ownership: FleetOwnership,
@@ -266,6 +268,7 @@ class KafkaMember:
                 book.through = state.through
                 book.delivered_elsewhere = set(state.delivered)
                 book.creating_at = state.creating_at
+                book.finalizing = state.finalizing
                 self._ownership.inherit(state)
             self._books[key] = book
             self._ownership.bind(key, partition)
@@ -291,7 +294,9 @@ class KafkaMember:
                 )
             if state.closed and not run.closed:
                 values.update(close_state="closed", closed_at=time.time())
-            self._spool.update_run(key, **values)
+            elif state.finalizing and not run.closed:
+                values.update(close_state="finalizing")
+            self._spool.adopt(key, **values)
             logger.info(
                 "Run %s: taken over (platform run %s, %d episode(s) delivered before, %d "
                 "upload(s) to send again)",
@@ -498,6 +503,8 @@ class KafkaMember:
             return
         if intent.kind == "upload":
             book.intents[intent.upload_id] = intent.episode_ids
+        elif intent.kind == "close":
+            book.finalizing = True
         else:
             book.creating_at = intent.at
 
@@ -536,6 +543,7 @@ class KafkaMember:
             delivered=delivered,
             sending=[(u, list(i)) for u, i in sending],
             creating_at=None if platform_id else book.creating_at,
+            finalizing=book.finalizing and not (run is not None and run.closed),
         )
 
 

@@ -101,7 +101,7 @@ class Receiver:
         )
         self.member: KafkaMember | None = None
         if config.kafka is not None:
-            assert self.ownership is not None
+            assert self.ownership is not None and isinstance(self.spool, FleetSpool)
             _, kafka_member = _kafka_modules()
             self.member = kafka_member.KafkaMember(
                 config.kafka,

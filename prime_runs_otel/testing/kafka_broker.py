@@ -195,7 +195,7 @@ def start(directory: Path | None = None, count: int = 1) -> Cluster:
         for index in range(count)
     ]
     voters = ",".join(f"{node.node_id}@127.0.0.1:{node.controller_port}" for node in nodes)
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = _cluster_id()
     cluster = Cluster(root, nodes)
     (root / "bootstrap").write_text(cluster.bootstrap)
     for node in nodes:
@@ -221,6 +221,15 @@ def start(directory: Path | None = None, count: int = 1) -> Cluster:
         cluster.stop()
         raise
     return cluster
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id (a base64 UUID), never one that starts with "-",
+    which the storage tool's command line would take for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def restart(cluster: Cluster, node: Node) -> None:

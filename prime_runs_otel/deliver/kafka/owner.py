@@ -9,7 +9,7 @@ is persisted, or a create is sent, the uploader records it
 (:meth:`record`): the consumer loop puts it in the run's state and commits it
 to Kafka, and only then does the call go out. A member that takes the
 partition over therefore knows every upload that may be stored, and every
-create that may have happened.
+create and finalize that may have happened.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RunOwner(Protocol):
     def record(
         self,
         run_key: str,
-        kind: Literal["upload", "create"],
+        kind: Literal["upload", "create", "close"],
         upload_id: str = "",
         episode_ids: Sequence[str] = (),
     ) -> None: ...
@@ -60,7 +60,7 @@ class Intent:
     """A platform call the uploader is about to make, waiting for its commit."""
 
     run_key: str
-    kind: Literal["upload", "create"]
+    kind: Literal["upload", "create", "close"]
     upload_id: str
     episode_ids: list[str]
     at: float = field(default_factory=time.time)
@@ -155,7 +155,7 @@ class FleetOwnership:
     def record(
         self,
         run_key: str,
-        kind: Literal["upload", "create"],
+        kind: Literal["upload", "create", "close"],
         upload_id: str = "",
         episode_ids: Sequence[str] = (),
     ) -> None:

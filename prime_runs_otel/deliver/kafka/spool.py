@@ -1,7 +1,8 @@
 """The spool of a fleet member: the same spool, with the gate of
 :class:`.owner.RunOwner` in front of the two steps after which a platform
 call goes out that a new owner must know of: a Prime Traces upload (its
-episodes, hence its bytes and idempotency key) and a run's create."""
+episodes, hence its bytes and idempotency key), a run's create and its
+finalize."""
 
 from __future__ import annotations
 
@@ -35,6 +36,22 @@ class FleetSpool(Spool):
         except NotOwned as exc:
             raise Backoff(PlatformError(f"not created: {exc}"), delay=1.0) from exc
         return super().claim_create(local_id)
+
+    def update_run(self, local_id: str, **values: object) -> None:
+        """A run about to be finalized (``/finalize`` is not idempotent) is
+        recorded in Kafka first: a new owner reads the run's status back
+        before it finalizes, as after an ambiguous answer."""
+        if values.get("close_state") == "finalizing":
+            try:
+                self.owner.record(local_id, "close")
+            except NotOwned as exc:
+                raise Backoff(PlatformError(f"not finalized: {exc}"), delay=1.0) from exc
+        super().update_run(local_id, **values)
+
+    def adopt(self, local_id: str, **values: object) -> None:
+        """What another member did with the run, written without the gate
+        (the consumer loop applies it; nothing goes out)."""
+        super().update_run(local_id, **values)
 
     def _episode_ids(self, seqs: Sequence[int]) -> list[str]:
         by_seq: dict[int, str] = {}

@@ -33,6 +33,8 @@ class RunState:
     delivered: list[str] = field(default_factory=list)
     sending: list[tuple[str, list[str]]] = field(default_factory=list)
     creating_at: float | None = None
+    #: A finalize may have gone out: a new owner reads the status back first.
+    finalizing: bool = False
 
     def encode(self) -> bytes:
         return json.dumps({"v": VERSION, **asdict(self)}, separators=(",", ":")).encode()
