@@ -19,6 +19,7 @@ platform runs. Prints what happened and how long each part took.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import shutil
 import signal
@@ -61,74 +62,70 @@ def feed(fleet: Fleet, runs: dict[str, list[dict]], seed: int, pause: float) -> 
 
 def members_soak(root: Path, runs: int, size: int, seed: int) -> None:
     cluster = start(root / "kafka")
-    try:
-        with FakePlatform() as platform:
-            fleet = Fleet(root, cluster, platform, partitions=12)
-            began = time.monotonic()
-            fleet.add_many(2)
-            restarted_root = root / "restarted"
-            restarted = fleet.add(name="restarted", root=restarted_root)
-            print(f"3 members up in {time.monotonic() - began:.1f}s", flush=True)
-            work = {f"soak-{seed}-{n}": episodes(size, seed=seed * 1000 + n) for n in range(runs)}
-            sender = feed(fleet, work, seed, pause=3.0)
-            rng = random.Random(seed)
-            time.sleep(4)  # the events land at points of the feed, whatever its pace
-            victim = rng.choice([m for m in fleet.alive() if m is not restarted])
-            victim.stop(signal.SIGKILL)
-            print(f"{time.monotonic() - began:.1f}s: killed -9 a member for good", flush=True)
-            fleet.add()
-            print(f"{time.monotonic() - began:.1f}s: added a member", flush=True)
-            restarted.stop(signal.SIGKILL)
-            fleet.members.remove(restarted)
-            shutil.rmtree(restarted_root / "serve-spool", ignore_errors=True)
-            fleet.add(name="restarted", root=restarted_root)
-            print(
-                f"{time.monotonic() - began:.1f}s: killed -9 a member, deleted its spool, "
-                "started it again",
-                flush=True,
-            )
-            time.sleep(3)
-            leaving = rng.choice([m for m in fleet.alive() if m.process is not None])
-            leaving.stop(signal.SIGTERM)
-            print(f"{time.monotonic() - began:.1f}s: removed a member (SIGTERM)", flush=True)
-            sender.join()
-            sent = time.monotonic()
-            print(f"{sent - began:.1f}s: every piece acknowledged", flush=True)
-            wait_for(lambda: all_closed(platform, list(work)), 600, "every run to close")
-            print(f"every run closed {time.monotonic() - sent:.1f}s after the last piece")
-            assert_books(platform, work)
-            total = sum(len(records) for records in work.values())
-            print(f"members: {len(work)} runs, {total} episodes, each exactly once: OK")
-            fleet.stop_all()
-    finally:
-        cluster.stop()
+    with contextlib.ExitStack() as stack:
+        stack.callback(cluster.stop)
+        platform = stack.enter_context(FakePlatform())
+        fleet = Fleet(root, cluster, platform, partitions=12)
+        stack.callback(fleet.stop_all)
+        began = time.monotonic()
+        fleet.add_many(2)
+        restarted_root = root / "restarted"
+        restarted = fleet.add(name="restarted", root=restarted_root)
+        print(f"3 members up in {time.monotonic() - began:.1f}s", flush=True)
+        work = {f"soak-{seed}-{n}": episodes(size, seed=seed * 1000 + n) for n in range(runs)}
+        sender = feed(fleet, work, seed, pause=3.0)
+        rng = random.Random(seed)
+        time.sleep(4)  # the events land at points of the feed, whatever its pace
+        victim = rng.choice([m for m in fleet.alive() if m is not restarted])
+        victim.stop(signal.SIGKILL)
+        print(f"{time.monotonic() - began:.1f}s: killed -9 a member for good", flush=True)
+        fleet.add()
+        print(f"{time.monotonic() - began:.1f}s: added a member", flush=True)
+        restarted.stop(signal.SIGKILL)
+        fleet.members.remove(restarted)
+        shutil.rmtree(restarted_root / "serve-spool", ignore_errors=True)
+        fleet.add(name="restarted", root=restarted_root)
+        print(
+            f"{time.monotonic() - began:.1f}s: killed -9 a member, deleted its spool, "
+            "started it again",
+            flush=True,
+        )
+        time.sleep(3)
+        leaving = rng.choice([m for m in fleet.alive() if m.process is not None])
+        leaving.stop(signal.SIGTERM)
+        print(f"{time.monotonic() - began:.1f}s: removed a member (SIGTERM)", flush=True)
+        sender.join()
+        sent = time.monotonic()
+        print(f"{sent - began:.1f}s: every piece acknowledged", flush=True)
+        wait_for(lambda: all_closed(platform, list(work)), 600, "every run to close")
+        print(f"every run closed {time.monotonic() - sent:.1f}s after the last piece")
+        assert_books(platform, work)
+        total = sum(len(records) for records in work.values())
+        print(f"members: {len(work)} runs, {total} episodes, each exactly once: OK")
 
 
 def brokers_soak(root: Path, runs: int, size: int, seed: int) -> None:
     cluster: Cluster = start(root / "kafka3", count=3)
-    try:
-        with FakePlatform() as platform:
-            fleet = Fleet(root, cluster, platform, partitions=12)
-            began = time.monotonic()
-            fleet.add_many(2)
-            work = {f"rf3-{seed}-{n}": episodes(size, seed=seed * 2000 + n) for n in range(runs)}
-            sender = feed(fleet, work, seed + 1, pause=2.0)
-            time.sleep(5)
-            node = random.Random(seed).choice(cluster.nodes)
-            cluster.kill(node)
-            print(
-                f"{time.monotonic() - began:.1f}s: killed -9 broker {node.node_id} of 3", flush=True
-            )
-            sender.join()
-            sent = time.monotonic()
-            wait_for(lambda: all_closed(platform, list(work)), 600, "every run to close")
-            print(f"every run closed {time.monotonic() - sent:.1f}s after the last piece")
-            assert_books(platform, work)
-            total = sum(len(records) for records in work.values())
-            print(f"brokers: {len(work)} runs, {total} episodes, each exactly once: OK")
-            fleet.stop_all()
-    finally:
-        cluster.stop()
+    with contextlib.ExitStack() as stack:
+        stack.callback(cluster.stop)
+        platform = stack.enter_context(FakePlatform())
+        fleet = Fleet(root, cluster, platform, partitions=12)
+        stack.callback(fleet.stop_all)
+        began = time.monotonic()
+        fleet.add_many(2)
+        work = {f"rf3-{seed}-{n}": episodes(size, seed=seed * 2000 + n) for n in range(runs)}
+        sender = feed(fleet, work, seed + 1, pause=2.0)
+        time.sleep(5)
+        node = random.Random(seed).choice(cluster.nodes)
+        cluster.kill(node)
+        print(f"{time.monotonic() - began:.1f}s: killed -9 broker {node.node_id} of 3", flush=True)
+        sender.join()
+        sent = time.monotonic()
+        wait_for(lambda: all_closed(platform, list(work)), 600, "every run to close")
+        print(f"every run closed {time.monotonic() - sent:.1f}s after the last piece")
+        assert_books(platform, work)
+        total = sum(len(records) for records in work.values())
+        print(f"brokers: {len(work)} runs, {total} episodes, each exactly once: OK")
 
 
 def main() -> int:

@@ -28,7 +28,6 @@ before it went out, so the new owner sends the same upload again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -142,16 +141,14 @@ class KafkaMember:
         """Create the topics if needed, join the group and start consuming."""
         ensure_topics(self._settings)
         self._purge_spool()
-        producer = Producer(self._settings.state_producer(self._member))
         try:
-            producer.init_transactions(30)
+            self._state_producer()
         except KafkaException as exc:
             raise ConfigError(
                 f"Kafka at {self._settings.bootstrap} refused this member's transactions "
                 f"({exc}); check the cluster allows transactions (a single broker needs "
                 "transaction.state.log.replication.factor=1)"
             ) from exc
-        self._producer = producer
         self._table = Consumer(self._settings.table_consumer() | {"enable.partition.eof": True})
         self._table.assign(
             [
@@ -429,7 +426,7 @@ class KafkaMember:
     def _commit(self, *, force: bool = False, only: set[int] | None = None) -> None:
         """One transaction: the changed run states and the offsets up to
         which everything is delivered; then the waiting intents go ahead."""
-        assert self._consumer is not None and self._producer is not None
+        assert self._consumer is not None
         self._last_commit = time.monotonic()
         # A commit of revoked partitions only must not let other runs' intents go.
         intents = self._ownership.take_intents() if only is None else []
@@ -454,7 +451,13 @@ class KafkaMember:
                     states.append(state)
             offsets.append(Partition(self._settings.episodes_topic, partition, first))
         if states or (offsets and (force or intents or self._offsets_moved(offsets))):
-            self._transaction(states, offsets)
+            try:
+                self._transaction(states, offsets)
+            except Exception as exc:
+                for intent in intents:  # not recorded: the calls must not go out
+                    intent.error = str(exc)
+                    intent.done.set()
+                raise
         for intent in intents:
             intent.done.set()
 
@@ -467,10 +470,10 @@ class KafkaMember:
         return moved
 
     def _transaction(self, states: list[RunState], offsets: list[Partition]) -> None:
-        assert self._consumer is not None and self._producer is not None
-        producer = self._producer
-        producer.begin_transaction()
+        assert self._consumer is not None
+        producer = self._state_producer()
         try:
+            producer.begin_transaction()
             for state in states:
                 producer.produce(
                     self._settings.runs_topic,
@@ -484,8 +487,7 @@ class KafkaMember:
                 )
             producer.commit_transaction(30)
         except KafkaException as exc:
-            with contextlib.suppress(KafkaException):
-                producer.abort_transaction(30)
+            self._recover(exc.args[0])
             raise RuntimeError(f"committing to Kafka failed: {exc}") from exc
         committed = getattr(self, "_committed", {})
         committed.update({tp.partition: tp.offset for tp in offsets})
@@ -494,6 +496,29 @@ class KafkaMember:
             book = self._books.get(state.run)
             if book is not None:
                 book.written = state.encode()
+
+    def _state_producer(self) -> Producer:
+        """The transactional producer, a new one after one was given up."""
+        if self._producer is None:
+            producer = Producer(self._settings.state_producer(self._member))
+            producer.init_transactions(30)  # fences an earlier one of this member
+            self._producer = producer
+        return self._producer
+
+    def _recover(self, error: KafkaError) -> None:
+        """After a failed transaction (a broker lost, a coordinator moving):
+        abort it; a producer that cannot abort (a fatal error, or the abort
+        failing too) is given up, and the next commit starts a new one under
+        the same transactional id."""
+        if self._producer is None:
+            return
+        if not error.fatal():
+            try:
+                self._producer.abort_transaction(30)
+                return
+            except KafkaException as exc:
+                logger.warning("Aborting a Kafka transaction failed (%s); starting over", exc)
+        self._producer = None
 
     def _note(self, intent: Intent) -> None:
         book = self._books.get(intent.run_key)
