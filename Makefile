@@ -17,7 +17,7 @@ TESTING := $(VENV)/.installed-test
 # the tests start many Python processes that import the same packages.
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
 
-.PHONY: demo test lint typecheck bench bench-quick bench-compare bench-viewer check-backends clean otelcol chromium semconv soak soak-serve soak-fleet
+.PHONY: demo test lint typecheck bench bench-quick bench-compare bench-viewer check-backends clean otelcol chromium semconv soak soak-serve soak-kafka kafka kafka-stop kafka-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,8 +84,8 @@ test:
 	@MAKE="$(MAKE)" $(PYTHON) tests/check_all.py $(PYTEST_ARGS)
 
 # Long soak runs, not part of `make test` (the suite runs each at a size that
-# takes seconds): `make soak` runs both, soak-serve then soak-fleet.
-soak: soak-serve soak-fleet
+# takes seconds): `make soak` runs both, soak-serve then soak-kafka.
+soak: soak-serve soak-kafka
 
 # serve alone: platform faults, overload and kills together, at scale, with
 # exact accounting. Add a soak test to SOAK_TESTS; each reads SOAK=long.
@@ -114,19 +114,35 @@ bench-compare: $(TESTING)
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<commit> [NEW=<commit>]"; exit 2; }
 	$(BIN)/python bench/compare.py $(BASE) $(NEW)
 
-# The fleet soak, long (`make test` runs a short one): producers, the load
-# balancer, gateway + serve backends sharing a fleet folder, the fake
-# platform; random kill -9 of serve, gateway and load balancer, a backend
-# added and one removed mid-run; exact books per run. Three seeds in turn.
-SOAK_FLEET_RUNS ?= 20
-SOAK_FLEET_EPISODES ?= 500
-soak-fleet: $(TESTING)
-	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
-	for seed in 1 2 3; do \
-	  OTELCOL_BIN="$$bin" SOAK_FLEET=long SOAK_FLEET_SEED=$$seed \
-	  SOAK_FLEET_RUNS=$(SOAK_FLEET_RUNS) SOAK_FLEET_EPISODES=$(SOAK_FLEET_EPISODES) \
-	  $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fleet_soak.py || exit 1; \
-	done
+# Apache Kafka's broker for `serve --kafka` (docs/scaling.md): fetched from
+# Maven Central once per version (kafka/pom.xml, cached under
+# ~/.cache/prime-runs-otel), formatted as a single KRaft node and started on
+# a free port of 127.0.0.1; the bootstrap address is printed last. Needs
+# Java 17+ and Maven. `make kafka-stop` stops it.
+kafka: $(TESTING) kafka-tools
+	@$(BIN)/python -m prime_runs_otel.testing.kafka_broker start
+
+# Java and Maven for the broker, installed where missing (apt-get, as root or
+# through sudo), and the broker's jars fetched into the cache.
+kafka-tools:
+	@if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then \
+	  echo "installing Java and Maven for the Kafka broker (apt-get)"; \
+	  as_root=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+	  $$as_root apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$as_root apt-get install -y -qq --no-install-recommends \
+	    openjdk-17-jre-headless maven; \
+	fi
+	@$(PYTHON) prime_runs_otel/testing/kafka_broker.py fetch >/dev/null
+
+# The Kafka fleet's soak (tests/kafka_soak.py): 3 members and 24 runs of 30
+# episodes sent to random members, members killed -9 (one restarted with its
+# spool deleted), added and removed, then a 3-broker cluster with a broker
+# killed; exact books on the fake platform.
+soak-kafka: $(TESTING) kafka-tools
+	$(BIN)/python tests/kafka_soak.py
+
+kafka-stop: $(TESTING)
+	@$(BIN)/python -m prime_runs_otel.testing.kafka_broker stop
 
 # A run as Arize Phoenix shows it (not part of `make test`): Phoenix is large,
 # so it gets a virtualenv of its own.

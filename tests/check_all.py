@@ -125,21 +125,28 @@ def main(pytest_args: list[str]) -> int:
     # typecheck, and the tests wait for it.
     chromium = Phase("chromium", [MAKE, "-s", "chromium"], True)
     chromium.start(env)
+    # Java, Maven and Apache Kafka's broker jars (Maven Central, cached by
+    # version) for the Kafka fleet's tests: they wait on the network, so
+    # beside the rest too (the machine's Python fetches: no virtualenv needed).
+    kafka = Phase("kafka broker", [MAKE, "-s", "kafka-tools"], True)
+    kafka.start(env)
     steps = [
         Phase("install", [MAKE, "-s", ".venv/.installed-test"]),
         Phase("lint", [MAKE, "-s", "lint"]),
         Phase("typecheck", [MAKE, "-s", "typecheck"]),
     ]
-    done: list[Phase] = [chromium]
+    done: list[Phase] = [chromium, kafka]
     passed = False
     try:
         passed = all(run(step, env, done) for step in steps)
         passed = passed and chromium.wait() == 0
+        passed = passed and kafka.wait() == 0
         passed = passed and run(Phase("tests", [*PYTEST, *pytest_args]), env, done)
     finally:
         if not passed:  # a failed phase, or Ctrl-C: the build is not wanted any more
             collector.stop()
             chromium.stop()
+            kafka.stop()
     collector.wait()
     if collector.returncode == 0:
         shutil.rmtree(log.parent)

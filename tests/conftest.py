@@ -14,9 +14,9 @@ import pytest
 from prime_runs_otel.testing import FakePlatform
 
 #: Modules whose tests take the longest (each runs the real vf-eval several
-#: times, or fuzzes a serve process): first, so that parallel workers do not
+#: times, fuzzes a serve process, or runs a Kafka fleet): first, so that parallel workers do not
 #: end the run on one of them while the others sit idle.
-SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py")
+SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py", "test_kafka_fleet.py")
 #: Modules that run the collector distribution, which `make test` builds in
 #: the background meanwhile: last, to give the build the most time. Their
 #: first test in a worker may wait for the build (or, without `make test`,

@@ -40,7 +40,6 @@ MODULES = {
     "exporters": {
         "otlp": "exporter/otlpexporter",
         "otlphttp": "exporter/otlphttpexporter",
-        "loadbalancing": "exporter/loadbalancingexporter",
     },
     "extensions": {
         "health_check": "extension/healthcheckextension",
@@ -64,7 +63,7 @@ def component_type(name: str) -> str:
 
 def test_the_expected_configs_ship() -> None:
     names = {path.name for path in CONFIGS}
-    assert {"gateway.yaml", "agent.yaml", "loadbalancer.yaml", "fanout-jaeger.yaml"} <= names
+    assert {"gateway.yaml", "agent.yaml", "fanout-jaeger.yaml"} <= names
     assert (CONFIG_DIR / "rotel.env").is_file()
     assert (CONFIG_DIR / "README.md").is_file()
 
@@ -182,13 +181,6 @@ def test_exporters_to_serve_never_send_more_calls_than_serve_takes(path: Path) -
         assert "--workers" in path.read_text(), f"{path.name} does not say what bounds consumers"
 
 
-def test_loadbalancer_keeps_a_run_on_one_backend() -> None:
-    exporter = load(CONFIG_DIR / "loadbalancer.yaml")["exporters"]["loadbalancing"]
-    assert exporter["routing_key"] == "attributes"
-    assert exporter["routing_attributes"] == ["prime.run.id"]
-    assert "otlp" in exporter["protocol"]  # the loadbalancing exporter speaks gRPC
-
-
 def test_the_jaeger_fanout_bounds_its_batches_in_bytes_under_jaegers_limit() -> None:
     """Jaeger's OTLP/gRPC receiver refuses a message over 4 MiB: a batch cut
     by span count can pass it once message content is captured."""
@@ -204,18 +196,6 @@ def test_logs_reach_serve_through_the_gateways() -> None:
         pipelines = load(CONFIG_DIR / name)["service"]["pipelines"]
         logs = [p for key, p in pipelines.items() if key.split("/")[0] == "logs"]
         assert [p["exporters"] for p in logs] == [["otlphttp/serve"]], name
-
-
-def test_loadbalancer_keeps_what_it_acknowledged_on_disk() -> None:
-    """The queue is the loadbalancing exporter's own, on disk, before routing;
-    the per-backend exporters keep nothing in memory and leave retries to it
-    (which routes again, so a backend that left gets nothing more)."""
-    exporter = load(CONFIG_DIR / "loadbalancer.yaml")["exporters"]["loadbalancing"]
-    assert exporter["sending_queue"]["storage"].startswith("file_storage")
-    assert exporter["retry_on_failure"]["max_elapsed_time"] in ("0s", 0)
-    otlp = exporter["protocol"]["otlp"]
-    assert otlp["sending_queue"]["enabled"] is False
-    assert otlp["retry_on_failure"]["enabled"] is False
 
 
 def test_fanout_strips_records_only_from_the_jaeger_pipeline() -> None:

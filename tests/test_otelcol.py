@@ -6,17 +6,12 @@ producers → collector(s) → ``serve`` → the fake platform, with kills.
   while its disk queue holds what ``serve`` has not taken; both restarted.
 - agent.yaml → gateway.yaml: the gateway killed -9 while the agent queues,
   then the agent killed -9 with its disk queue full; both restarted.
-- loadbalancer.yaml (static resolver) → two gateway.yaml + serve backends:
-  three runs from two producers, one backend killed -9, then the load
-  balancer killed -9 while its disk queue holds that backend's share; all
-  restarted.
 - fanout-jaeger.yaml: a second OTLP receiver standing in for Jaeger gets the
   spans without record blobs; the platform gets every episode whole.
 
 Each collector runs the shipped file as it is; the tests set the variables it
 reads (addresses, queue folder) and add one overlay file only where the
-shipped value is about production pace (retry intervals) or needs a fixed
-backend list (the static resolver instead of DNS), and one that moves the
+shipped value is about production pace (retry intervals), and one that moves the
 collector's own metrics off port 8888 so several run on one machine.
 """
 
@@ -25,7 +20,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
@@ -259,103 +253,6 @@ def test_agent_to_gateway_with_both_killed(
     assert run.status == "COMPLETED"
     assert len(platform.runs()) == 1
     assert_delivered_once(platform, run, records)
-
-
-# -- loadbalancer.yaml → two backends of gateway.yaml + serve --------------------------
-
-
-def test_load_balancer_keeps_each_run_on_one_serve_through_a_backend_restart(
-    tmp_path: Path, platform: FakePlatform, cleanup: list[Any]
-) -> None:
-    serves = [start_serve(tmp_path / f"serve-{n}", platform, cleanup) for n in (1, 2)]
-    backends = [gateway(tmp_path, f"gateway-{n}", s, cleanup) for n, s in enumerate(serves, 1)]
-    static = overlay(
-        tmp_path,
-        "static",
-        {
-            "exporters": {
-                "loadbalancing": {
-                    "retry_on_failure": {"initial_interval": "100ms", "max_interval": "1s"},
-                    "resolver": {
-                        "dns": None,
-                        "static": {"hostnames": [backend.endpoint for backend in backends]},
-                    },
-                }
-            }
-        },
-    )
-    tier1 = Otelcol(
-        tmp_path,
-        "loadbalancer",
-        [CONFIG_DIR / "loadbalancer.yaml", static],
-        {"PRIME_RUNS_OTEL_BACKENDS_DNS": "localhost", "PRIME_RUNS_OTEL_BACKENDS_INSECURE": "true"},
-    )
-    cleanup.append(tier1)
-    tier1.start()
-
-    names = ["lb-run-1", "lb-run-2", "lb-run-3"]
-    records = {name: list(synthetic_episodes(40, seed=41 + n)) for n, name in enumerate(names)}
-    # Two producer machines: "a" feeds runs 1 and 2, "b" feeds runs 2 and 3,
-    # so run 2 arrives from two machines with different host attributes.
-    producers = {
-        ("a", "lb-run-1"): Producer(tier1.endpoint, resource("lb-run-1", "a")),
-        ("a", "lb-run-2"): Producer(tier1.endpoint, resource("lb-run-2", "a")),
-        ("b", "lb-run-2"): Producer(tier1.endpoint, resource("lb-run-2", "b")),
-        ("b", "lb-run-3"): Producer(tier1.endpoint, resource("lb-run-3", "b")),
-    }
-    share = {
-        ("a", "lb-run-1"): records["lb-run-1"],
-        ("a", "lb-run-2"): records["lb-run-2"][0::2],
-        ("b", "lb-run-2"): records["lb-run-2"][1::2],
-        ("b", "lb-run-3"): records["lb-run-3"],
-    }
-    owners = {
-        "lb-run-1": ("a", "lb-run-1"),
-        "lb-run-2": ("a", "lb-run-2"),
-        "lb-run-3": ("b", "lb-run-3"),
-    }
-
-    def feed(part: slice) -> None:
-        threads = [
-            threading.Thread(target=producer.episodes, args=(share[key][part],))
-            for key, producer in producers.items()
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-
-    for name, key in owners.items():
-        emit_run_start(producers[key].tracer, {"run": name})
-    feed(slice(0, 10))
-    wait_for(lambda: len(platform.runs()) == 3, 60, "the three runs to be created")
-
-    # Backend 2 (its gateway and its serve) dies; tier 1 holds its share on
-    # disk and retries. Then tier 1 itself is killed -9 with that share in
-    # its queue, and everything comes back.
-    backends[1].kill()
-    serves[1].stop(signal.SIGKILL)
-    feed(slice(10, None))
-    tier1.kill()
-    assert queue_bytes(tier1) > 0
-    tier1.start()
-    serves[1].start()
-    backends[1].start()
-    for name, key in owners.items():
-        emit_run_end(producers[key].tracer, "completed", episodes_recorded=len(records[name]))
-    for producer in producers.values():
-        producer.close()
-
-    for name in names:
-        run = closed_run(platform, name, timeout=180)
-        assert run.status == "COMPLETED", name
-        assert run.metadata["run"] == name
-        assert_delivered_once(platform, run, records[name])
-    assert sorted(run.name for run in platform.runs()) == names  # each created once
-    held = [run_keys(serve) for serve in serves]
-    assert not held[0] & held[1], "a run was spread over two serve instances"
-    keys = {str(resource(name).attributes["prime.run.id"]) for name in names}
-    assert held[0] | held[1] == keys
 
 
 # -- fanout-jaeger.yaml --------------------------------------------------------------------

@@ -106,6 +106,8 @@ class ServeProcess:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        #: How long a start may take to answer /healthz.
+        self.ready_timeout = 30.0
         #: Run in the child before serve starts (resource limits).
         self.preexec: Callable[[], None] | None = None
         self.log_path = root / f"serve-{self.http_port}.log"
@@ -136,7 +138,7 @@ class ServeProcess:
                 command, env=self.env, stdout=log, stderr=log, preexec_fn=self.preexec
             )
         try:
-            self.wait_ready()
+            self.wait_ready(self.ready_timeout)
         except BaseException:
             self.stop(signal.SIGKILL)
             raise

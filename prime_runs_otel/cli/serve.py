@@ -38,6 +38,14 @@ from ..collector.receiver_config import (
 )
 from ..collector.run_log import RunWatcher
 from ..config import Settings, key_hint, resolve_settings
+from ..deliver.kafka.settings import (
+    BOOTSTRAP_ENV,
+    DEFAULT_PARTITIONS,
+    DEFAULT_PREFIX,
+    KafkaSettings,
+    bootstrap_from_env,
+    parse_client_config,
+)
 from ..errors import ConfigError, PrimeRunsOtelError
 from .arguments import non_negative_float, port_number, positive_float, positive_int
 from .doctor import FAIL, OK, platform_check
@@ -167,19 +175,58 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
     )
     parser.add_argument(
-        "--fleet-dir",
-        help="a folder every serve of a fleet shares (behind a load balancer): each run gets "
-        "one owner there, and spans of a run reach it wherever they arrive",
+        "--kafka",
+        metavar="BOOTSTRAP",
+        default=bootstrap_from_env(),
+        help=f"join the fleet of serve instances on this Kafka cluster (host:port, "
+        f"comma-separated; default: ${BOOTSTRAP_ENV}): any member takes any run's spans, the "
+        "member that owns the run's partition delivers it (docs/scaling.md)",
     )
     parser.add_argument(
-        "--fleet-name",
-        help="this serve's name in the fleet; a serve started under the same name takes over "
-        "its runs (default: host:http-port)",
+        "--kafka-topic-prefix",
+        default=DEFAULT_PREFIX,
+        help="the fleet's topics are <prefix>.episodes and <prefix>.runs (default: %(default)s)",
     )
     parser.add_argument(
-        "--fleet-address",
-        help="where the other serves of the fleet reach this one's OTLP/HTTP "
-        "(default: http://<host>:<http-port>)",
+        "--kafka-member",
+        help="this member's stable name: a restart under the same name takes its partitions "
+        "back at once (Kafka static membership); default: host:http-port",
+    )
+    parser.add_argument(
+        "--kafka-partitions",
+        type=positive_int,
+        default=DEFAULT_PARTITIONS,
+        help="partitions of <prefix>.episodes when this member creates it: the most members "
+        "that share the delivery (default: %(default)d)",
+    )
+    parser.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka setting for every Kafka client (security.protocol, sasl.*, ssl.*); "
+        "repeat for more",
+    )
+    parser.add_argument(
+        "--kafka-config-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a properties file of librdkafka settings (KEY=VALUE lines), read before "
+        "--kafka-config",
+    )
+
+
+def kafka_settings(args: argparse.Namespace) -> KafkaSettings | None:
+    """The fleet this serve joins, from the ``--kafka*`` options."""
+    if not args.kafka:
+        return None
+    return KafkaSettings(
+        bootstrap=args.kafka,
+        prefix=args.kafka_topic_prefix,
+        member=args.kafka_member,
+        partitions=args.kafka_partitions,
+        client=parse_client_config(args.kafka_config, args.kafka_config_file),
     )
 
 
@@ -205,9 +252,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_attach=args.allow_attach,
         max_values=args.max_values,
         straggler_wait=args.straggler_wait,
-        fleet_dir=args.fleet_dir,
-        fleet_name=args.fleet_name,
-        fleet_address=args.fleet_address,
+        kafka=kafka_settings(args),
     )
     config.validate()  # before anything starts: a refused setting is refused at once
     settings = resolve_settings(spool_dir=args.spool_dir)

@@ -1,5 +1,5 @@
 """What ``serve`` counts as it works: requests by outcome, episodes
-accepted, stored, duplicated, refused, spans forwarded. Kept apart from
+accepted, stored, duplicated, refused. Kept apart from
 :mod:`.metrics`, which writes them out for ``GET /metrics``, so that what
 counts (the intake, the gRPC front) needs no exposition library.
 """

@@ -48,7 +48,6 @@ from .bodies import (
     too_many_values,
     values_bound,
 )
-from .forward import FORWARDED_HEADER
 from .http_connections import (
     KEEP_ALIVE_TIMEOUT,
     OVER_CAP,
@@ -108,7 +107,7 @@ _GRPC_CODE_OF_STATUS = {
 
 
 #: What a body decodes to and how its answer is encoded, by path.
-_Accept = Callable[[bytes, str, str, bool], Verdict]
+_Accept = Callable[[bytes, str, str], Verdict]
 _Respond = Callable[[Verdict], Any]
 
 
@@ -247,7 +246,6 @@ class OtlpHttpApp:
                 body,
                 headers.get("content-encoding", ""),
                 content_type,
-                FORWARDED_HEADER in headers,
             )
         except BodyError as exc:
             logger.warning("Refused an OTLP/HTTP request: %s", exc.message)
@@ -256,21 +254,15 @@ class OtlpHttpApp:
             return
         await _send_verdict(send, verdict, content_type, respond)
 
-    def _accept(self, body: bytes, encoding: str, content_type: str, forwarded: bool) -> Verdict:
-        """Decompress, decode and commit one OTLP/HTTP body (on a worker thread);
-        ``forwarded``: sent on by the member of the fleet it first reached."""
+    def _accept(self, body: bytes, encoding: str, content_type: str) -> Verdict:
+        """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
+        return self._decoded(
+            body, encoding, content_type, decode_body, None, self._receiver.intake.accept
+        )
 
-        def accept(request: Any) -> Verdict:
-            return self._receiver.intake.accept(request, forwarded=forwarded)
-
-        return self._decoded(body, encoding, content_type, decode_body, None, accept)
-
-    def _accept_logs(
-        self, body: bytes, encoding: str, content_type: str, forwarded: bool
-    ) -> Verdict:
+    def _accept_logs(self, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress and decode one OTLP/HTTP logs body, and hand its span
-        events to the span intake (on a worker thread). Logs are not routed
-        by run in a fleet, so ``forwarded`` changes nothing here."""
+        events to the span intake (on a worker thread)."""
         return self._decoded(
             body,
             encoding,

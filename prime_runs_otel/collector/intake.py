@@ -38,7 +38,6 @@ from ..read.records import RunBatch
 from ..read.span_tree import SpanTree, SpanTreeBuffer
 from ..read.spans import SpanView
 from .counters import ServeCounters
-from .forward import FleetRouter, ForwardFailed
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +46,6 @@ logger = logging.getLogger(__name__)
 FULL_RETRY_AFTER = 30
 #: Retry hint when a commit failed (a locked or briefly unavailable disk).
 COMMIT_RETRY_AFTER = 5
-#: Retry hint when the owner of a run (another serve) did not take its spans.
-FORWARD_RETRY_AFTER = 2
 #: How long an episode span without a record waits for the spans under it.
 #: A collector batches and sends a trace's spans within seconds of each other
 #: (its batch processor flushes every 200 ms by default, at most a few s).
@@ -116,11 +113,13 @@ class SpanIntake:
         max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
         allow_attach: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        router: FleetRouter | None = None,
+        handoff: Callable[[ExportTraceServiceRequest], Verdict] | None = None,
     ) -> None:
         self.spool = spool
-        #: With a fleet: spans of runs another serve owns go on to it.
-        self.router = router
+        #: In a Kafka fleet: where requests go instead of this spool (the
+        #: member that owns a run's partition commits its spans, see
+        #: :mod:`.kafka_member`).
+        self.handoff = handoff
         #: What /metrics reports of this process.
         self.counters = ServeCounters()
         self.settings = settings
@@ -149,10 +148,13 @@ class SpanIntake:
         """Under the spool's cap, and short of its disk's reserve."""
         return self.spool.has_room()
 
-    def accept(self, request: ExportTraceServiceRequest, *, forwarded: bool = False) -> Verdict:
-        """Commit ``request``; ``forwarded``: another member of the fleet sent
-        it on, so it is committed here whoever the fleet folder names."""
-        verdict = self._route_and_accept(request, forwarded)
+    def accept(self, request: ExportTraceServiceRequest, *, owned: bool = False) -> Verdict:
+        """Commit ``request`` (in a fleet: hand it to Kafka); ``owned``: it
+        comes from Kafka, for runs this member delivers, so it is committed here."""
+        if self.handoff is not None and not owned:
+            verdict = self.handoff(request)
+        else:
+            verdict = self._accept_here(request)
         self.counters.add("requests_total", outcome=verdict.outcome)
         if verdict.outcome == "accepted":
             self.counters.add("episodes_refused_total", verdict.rejected, reason="refused_alone")
@@ -160,21 +162,6 @@ class SpanIntake:
             refused = _episode_spans_in(request)
             self.counters.add("episodes_refused_total", refused, reason=verdict.outcome)
         return verdict
-
-    def _route_and_accept(self, request: ExportTraceServiceRequest, forwarded: bool) -> Verdict:
-        if self.router is None or forwarded:
-            return self._accept_here(request)
-        try:
-            routed = self.router.route(request)
-        except ForwardFailed as exc:
-            logger.warning("Could not forward spans to their run's owner: %s", exc)
-            return Verdict("unavailable", str(exc), retry_after=FORWARD_RETRY_AFTER)
-        self.counters.add("spans_forwarded_total", routed.forwarded_spans)
-        verdict = self._accept_here(routed.local)
-        if verdict.outcome != "accepted" or not routed.rejected:
-            return verdict
-        message = "; ".join(part for part in (verdict.message, *routed.messages) if part)
-        return Verdict("accepted", message, rejected=verdict.rejected + routed.rejected)
 
     def _accept_here(self, request: ExportTraceServiceRequest) -> Verdict:
         # Episodes are read (parsed, checked, projected) before the lock, which
@@ -218,6 +205,20 @@ class SpanIntake:
             _rejection_message(grouped.unattributed, corrupt, unreadable, foreign, attaching),
             rejected=grouped.unattributed + corrupt + unreadable + foreign + attaching,
         )
+
+    def held_episode_ids(self) -> dict[str, set[str]]:
+        """The episodes held in the span buffer now, by run key: not in the
+        spool yet, so not delivered (a Kafka fleet commits no offset past them)."""
+        held: dict[str, set[str]] = {}
+        with self._lock:
+            for episode in self.trees.held_episodes():
+                key = _run_key(episode.view.resource)
+                if key is not None:
+                    held.setdefault(key, set()).add(episode.episode_id)
+            for batch in self._uncommitted:
+                for item in batch.episodes:
+                    held.setdefault(batch.identity.local_id, set()).add(item.episode_id)
+        return held
 
     def add_span_events(self, events: Iterable[SpanEvent]) -> int:
         """Events sent apart from their spans (OTLP log records, see

@@ -13,6 +13,8 @@ and passed over: nothing in them is refused, so nothing is retried.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
@@ -32,10 +34,20 @@ GRPC_LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 class LogIntake:
     """Log export requests → the span intake's buffer."""
 
-    def __init__(self, spans: SpanIntake) -> None:
+    def __init__(
+        self,
+        spans: SpanIntake,
+        handoff: Callable[[ExportLogsServiceRequest], Verdict] | None = None,
+    ) -> None:
         self._spans = spans
+        #: In a Kafka fleet: where requests go instead (see :mod:`.kafka_ingest`).
+        self._handoff = handoff
 
-    def accept(self, request: ExportLogsServiceRequest) -> Verdict:
+    def accept(self, request: ExportLogsServiceRequest, *, owned: bool = False) -> Verdict:
+        """Hand the events to the span buffer (in a fleet: to Kafka, unless
+        ``owned``: read back from Kafka by the member of the run)."""
+        if self._handoff is not None and not owned:
+            return self._handoff(request)
         self._spans.add_span_events(span_events(request))
         return Verdict("accepted")
 

@@ -4,13 +4,13 @@ front of them (which expose theirs on :8888).
 
 Two kinds of figures. Counters of this process (since it started, as
 Prometheus expects: ``rate()`` copes with a restart): requests by outcome,
-episodes accepted, stored, duplicated, refused, spans forwarded to their
-run's owner (:mod:`.counters`). And the spool's state, read when scraped:
-episodes by state (pending, delivered, failed, ...), runs by where they are,
-late episodes, the delivery lag and the spool's size. docs/collector.md says
-which alert to set. The text format itself (names, escaping, numbers) is
-``prometheus_client``'s: each scrape builds the figures afresh in a registry
-of its own and has the library write them.
+episodes accepted, stored, duplicated, refused (:mod:`.counters`). And the
+spool's state, read when scraped: episodes by state (pending, delivered,
+failed, ...), runs by where they are, late episodes, the delivery lag and the
+spool's size (and with ``--kafka`` the member's consumer lag).
+docs/collector.md says which alert to set. The text format itself (names,
+escaping, numbers) is ``prometheus_client``'s: each scrape builds the figures
+afresh in a registry of its own and has the library write them.
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ FIGURES: dict[str, tuple[str, str]] = {
         "counter",
         "episodes refused, by reason (spool_full and unavailable are retried by the sender)",
     ),
-    "spans_forwarded_total": ("counter", "spans forwarded to the serve that owns their run"),
+    "kafka_lag": (
+        "gauge",
+        "with --kafka: records of this member's partitions not read yet",
+    ),
     "episodes": ("gauge", "episodes in the spool, by state"),
     "episodes_pending": ("gauge", "episodes stored and not delivered yet"),
     "episodes_delivered": ("gauge", "episodes in the spool the platform has acknowledged"),
@@ -101,6 +104,7 @@ def render(
     spool_bytes: int,
     spool_max_bytes: int,
     now: float | None = None,
+    kafka_lag: int | None = None,
 ) -> str:
     """Every figure in the Prometheus text exposition format (0.0.4)."""
     now = time.time() if now is None else now
@@ -126,6 +130,8 @@ def render(
         ("spool_bytes", {}, float(spool_bytes)),
         ("spool_max_bytes", {}, float(spool_max_bytes)),
     ]
+    if kafka_lag is not None:
+        samples.append(("kafka_lag", {}, float(kafka_lag)))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Figures(samples))
     return generate_latest(registry).decode("utf-8")

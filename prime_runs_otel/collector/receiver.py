@@ -14,22 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from .._text import shown
 from ..config import Settings
-from ..deliver.fleet import Fleet, FleetError
+from ..deliver.kafka.owner import FleetOwnership
+from ..deliver.kafka.spool import FleetSpool
 from ..deliver.spool import Spool
 from ..deliver.uploader import Uploader
 from ..errors import ConfigError
 from .admission import admitted_calls
 from .bodies import DecodeBudget
-from .forward import FleetRouter
 from .grpc_front import GrpcFront, grpc_server
 from .http_connections import connection_cap, raise_descriptor_limit
 from .http_front import http_server, listen
@@ -37,6 +38,10 @@ from .intake import SpanIntake, Verdict
 from .logs_intake import LogIntake
 from .metrics import render as render_metrics
 from .receiver_config import TRACES_PATH, ReceiverConfig
+
+if TYPE_CHECKING:  # confluent-kafka is an extra: imported only with --kafka
+    from .kafka_ingest import KafkaIngest
+    from .kafka_member import KafkaMember
 
 logger = logging.getLogger(__name__)
 
@@ -51,28 +56,37 @@ class Receiver:
                 "serve cannot run with PRIME_RUNS_MODE=disabled: it would accept spans and "
                 "drop them. Use online (with an API key) or local."
             )
+        if config.kafka is not None and settings.mode != "online":
+            raise ConfigError(
+                "serve --kafka delivers runs to the platform: set PRIME_API_KEY (a fleet "
+                "keeps no local store), or run serve without --kafka for PRIME_RUNS_MODE=local"
+            )
         self.config = config
         self.settings = settings
-        self.spool = Spool(
-            settings.spool_path,
-            max_bytes=settings.spool_max_bytes,
-            keep_delivered=settings.keep_delivered,
+        self.ownership = FleetOwnership() if config.kafka is not None else None
+        spool_options = {
+            "max_bytes": settings.spool_max_bytes,
+            "keep_delivered": settings.keep_delivered,
+        }
+        self.spool = (
+            Spool(settings.spool_path, **spool_options)  # type: ignore[arg-type]
+            if self.ownership is None
+            else FleetSpool(settings.spool_path, self.ownership, **spool_options)
         )
         self._http_socket = listen(config.host, config.http_port)
         self.http_port: int = self._http_socket.getsockname()[1]
-        try:
-            self.fleet = self._join_fleet()
-        except ConfigError:
-            self._http_socket.close()
-            raise
         self.uploader = Uploader(
             self.spool,
             settings,
             idle_timeout=config.idle_timeout,
             straggler_wait=config.straggler_wait,
-            fleet=self.fleet,
+            owner=self.ownership,
             behind_collector=True,
         )
+        self.ingest: KafkaIngest | None = None
+        if config.kafka is not None:
+            kafka_ingest, _ = _kafka_modules()
+            self.ingest = kafka_ingest.KafkaIngest(config.kafka)
         self.intake = SpanIntake(
             self.spool,
             settings,
@@ -80,9 +94,23 @@ class Receiver:
             settle_seconds=config.settle_seconds,
             max_held_spans=config.max_held_spans,
             allow_attach=config.allow_attach,
-            router=None if self.fleet is None else FleetRouter(self.fleet, config.token),
+            handoff=None if self.ingest is None else self.ingest.hand_off,
         )
-        self.logs = LogIntake(self.intake)
+        self.logs = LogIntake(
+            self.intake, handoff=None if self.ingest is None else self.ingest.hand_off_logs
+        )
+        self.member: KafkaMember | None = None
+        if config.kafka is not None:
+            assert self.ownership is not None and isinstance(self.spool, FleetSpool)
+            _, kafka_member = _kafka_modules()
+            self.member = kafka_member.KafkaMember(
+                config.kafka,
+                config.kafka.member or f"{socket.gethostname()}:{self.http_port}",
+                self.spool,
+                self.intake,
+                self.logs,
+                self.ownership,
+            )
         self.memory = DecodeBudget(config.memory_bytes)
         self._releasing = threading.Event()
         self._releaser = threading.Thread(
@@ -106,32 +134,23 @@ class Receiver:
         self.connection_cap = connection_cap(config.max_connections, self.descriptors)
         self._server = http_server(self, self.connection_cap, self.descriptors)
 
-    def _join_fleet(self) -> Fleet | None:
-        """The fleet folder, with this serve's name and address in it."""
-        config = self.config
-        if config.fleet_dir is None:
-            return None
-        fleet = Fleet(
-            config.fleet_dir,
-            config.member_name(self.http_port),
-            config.member_address(self.http_port),
-        )
-        try:
-            fleet.join()
-        except FleetError as exc:
-            raise ConfigError(str(exc)) from exc
-        logger.info(
-            "serve is %s in the fleet of %s, reached at %s",
-            fleet.name,
-            fleet.directory,
-            fleet.address,
-        )
-        return fleet
-
     # -- running ------------------------------------------------------------------
 
     async def serve(self) -> None:
         """Serve until SIGINT/SIGTERM or :meth:`stop`, then drain and stop."""
+        if self.member is not None:
+            try:
+                self.member.start()
+            except BaseException:
+                self._http_socket.close()
+                self.spool.close()
+                raise
+            assert self.config.kafka is not None
+            logger.info(
+                "serve is a member of the Kafka fleet at %s (topics %s.*)",
+                self.config.kafka.bootstrap,
+                self.config.kafka.prefix,
+            )
         self.uploader.start()
         self._releaser.start()
         if self._grpc is not None:
@@ -157,10 +176,11 @@ class Receiver:
                 lambda: self.begin_stop().wait(self.config.shutdown_grace + 1),
                 lambda: self._executor.shutdown(wait=True),
                 self._shutdown_grpc_pools,
+                self._close_ingest,
                 self._stop_releasing,
                 self.intake.flush,
                 lambda: self.uploader.stop(timeout=self.config.shutdown_grace),
-                self._close_router,
+                self._leave_fleet,
                 self._http_socket.close,
                 self.spool.close,
             ):
@@ -171,9 +191,13 @@ class Receiver:
                         "Stopping: a step failed (%s: %s); going on", type(exc).__name__, shown(exc)
                     )
 
-    def _close_router(self) -> None:
-        if self.intake.router is not None:
-            self.intake.router.close()
+    def _close_ingest(self) -> None:
+        if self.ingest is not None:
+            self.ingest.close()
+
+    def _leave_fleet(self) -> None:
+        if self.member is not None:
+            self.member.stop()
 
     def stop(self) -> None:
         """Ask a running :meth:`serve` to drain and return (thread-safe)."""
@@ -215,6 +239,7 @@ class Receiver:
             self.spool.counts(),
             spool_bytes=self.spool.used_bytes(),
             spool_max_bytes=self.spool.max_bytes,
+            kafka_lag=None if self.member is None else self.member.lag,
         )
 
     def not_ready_reason(self) -> str | None:
@@ -222,6 +247,8 @@ class Receiver:
             return "shutting down"
         if not self.uploader.running:
             return "the uploader is not running"
+        if self.member is not None and self.member.error is not None:
+            return f"the Kafka consumer fails: {self.member.error}"
         if self.intake.commit_problem is not None:
             return self.intake.commit_problem
         if not self.intake.has_room():
@@ -231,6 +258,17 @@ class Receiver:
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, function, *args)
+
+
+def _kafka_modules() -> tuple[Any, Any]:
+    """The Kafka fleet's modules, which need the ``kafka`` extra."""
+    try:
+        from . import kafka_ingest, kafka_member
+    except ImportError as exc:
+        raise ConfigError(
+            f"serve --kafka needs confluent-kafka ({exc}): pip install 'prime-runs-otel[kafka]'"
+        ) from exc
+    return kafka_ingest, kafka_member
 
 
 def run_receiver(config: ReceiverConfig, settings: Settings) -> None:

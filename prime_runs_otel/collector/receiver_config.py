@@ -8,10 +8,10 @@ defaults), the process and both fronts read it: none of them owns it.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 
 from .._net import is_loopback
+from ..deliver.kafka.settings import KafkaSettings
 from ..errors import ConfigError
 from .intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 
@@ -77,28 +77,9 @@ class ReceiverConfig:
     allow_attach: bool = False
     max_values: int = DEFAULT_MAX_VALUES
     straggler_wait: float = DEFAULT_STRAGGLER_WAIT
-    #: A folder every serve of a fleet shares: who owns each run (None: this
-    #: serve alone decides for the runs it gets).
-    fleet_dir: str | None = None
-    #: This serve's name in the fleet (a replacement takes over its runs by
-    #: starting under the same name) and where the others reach its OTLP/HTTP.
-    fleet_name: str | None = None
-    fleet_address: str | None = None
-
-    def member_name(self, http_port: int) -> str:
-        """This serve's name in the fleet: ``--fleet-name``, or host:port."""
-        return self.fleet_name or f"{socket.gethostname()}:{http_port}"
-
-    def member_address(self, http_port: int) -> str:
-        """Where the fleet reaches this serve's OTLP/HTTP: ``--fleet-address``,
-        or this host at the HTTP port."""
-        if self.fleet_address:
-            return self.fleet_address
-        wildcard = self.host in ("0.0.0.0", "::", "[::]", "")
-        host = socket.gethostname() if wildcard else self.host
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        return f"http://{host}:{http_port}"
+    #: In a Kafka fleet: the cluster and topics this member shares (None:
+    #: this serve alone, with its spool).
+    kafka: KafkaSettings | None = None
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""

@@ -27,7 +27,7 @@ from .sinks import (
     StepTablesSink,
     TracesSink,
 )
-from .spool import RunRow, Spool
+from .spool import EpisodeRow, RunRow, Spool
 
 #: Requests one run may send per delivery pass before the next run's turn.
 BATCHES_PER_PASS = 16
@@ -90,6 +90,11 @@ class EpisodeStream:
                 return False
         self._more_pending()  # more is pending: the next pass starts at once
         return False
+
+    def send_exactly(self, run: RunRow, episodes: list[EpisodeRow]) -> None:
+        """One request of exactly ``episodes``, in that order (an upload
+        another member of a fleet began, formed again)."""
+        self._sink_for(run).send(run, episodes)
 
     def _deliver_batch(self, run: RunRow) -> bool:
         """Send one request's worth; ``False`` when nothing is pending."""

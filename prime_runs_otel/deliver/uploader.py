@@ -41,7 +41,7 @@ from .backoff import Backoff, Pauses
 from .clients import PlatformClients
 from .crashed import end_if_crashed
 from .eval_run import EvalLifecycle
-from .fleet import Fleet, FleetError
+from .kafka.owner import RunOwner
 from .lease import Lease
 from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
@@ -69,7 +69,7 @@ class Uploader:
         idle_timeout: float | None = None,
         export_running: ExportRunning | None = None,
         straggler_wait: float = STRAGGLER_WAIT,
-        fleet: Fleet | None = None,
+        owner: RunOwner | None = None,
         behind_collector: bool = False,
     ) -> None:
         """``export_running`` is the flag of the exporter in this process: the
@@ -78,8 +78,9 @@ class Uploader:
         so at most once a millisecond (:class:`.._courtesy.PacedGiveWay`).
         ``straggler_wait``: how long an ended run that still misses episodes
         waits for them without news (see :class:`.lifecycle.StragglerWait`).
-        ``fleet``: the serve instances this one shares runs with; only the
-        owner of a run creates and closes it (see :mod:`.fleet`).
+        ``owner``: in a Kafka fleet, which runs this member delivers now and
+        the record of its intents (see :mod:`.kafka.owner`); without one
+        every run of the spool is this process's.
         ``behind_collector``: episodes arrive through a collector, whose
         retries bring duplicates that are not episodes recorded twice."""
         self._spool = spool
@@ -91,7 +92,7 @@ class Uploader:
         self._lease = Lease(spool, lease_ttl)
         self._pauses = Pauses(settings.retry_max_delay)
         self._clients = PlatformClients(settings)
-        self._fleet = fleet
+        self._owner = owner
         self._said_disk = False
         self._base_url = settings.base_url
         #: The run being advanced now (what a silent platform holds up).
@@ -283,49 +284,37 @@ class Uploader:
             self._noted.discard(local_id)
             self._spool.update_run(local_id, last_error=None)
 
-    def _owned_here(self, run: RunRow) -> RunRow | None:
-        """With a fleet: ``run`` as this serve, its owner, goes on with it, or
-        ``None`` when another serve owns it. Such a run reached this spool
-        only around a change of owners; it is never created, closed or ended
-        as crashed here (its owner hears all of it and does that): its
-        episodes go to the owner's platform run once the claim names it.
-        A run this serve owns whose claim names a platform run already (a
-        replacement under the same name, with a new spool) adopts it."""
-        assert self._fleet is not None
-        try:
-            owned = self._fleet.owns(run.local_id)
-            claim = None if run.platform_id else self._fleet.claim_of(run.local_id)
-        except FleetError as exc:
-            raise Backoff(PlatformError(str(exc))) from exc
-        if claim is not None and claim.platform_id is not None:
-            self._spool.update_run(
-                run.local_id,
-                platform_id=claim.platform_id,
-                url=claim.url,
-                create_state="created",
-            )
-            logger.info("Run %s: the platform run %s of its claim", run.local_id, claim.platform_id)
-            run = reload(self._spool, run)
-        if owned:
-            return run
-        if run.platform_id is not None:
-            self._stream.resume(run)
-            self._stream.deliver_some(run)
-        return None
+    def _resend_inherited(self, run: RunRow) -> None:
+        """Uploads the previous owner of the run's partition began: sent
+        again with the same episodes in the same order, so the bytes and the
+        idempotency key are the same and Prime Traces replays the receipt of
+        one it stored instead of storing it twice."""
+        assert self._owner is not None
+        for upload_id, episode_ids in self._owner.inherited_uploads(run.local_id):
+            rows = self._spool.pending_in_order(run.local_id, episode_ids)
+            if len(rows) != len(episode_ids):
+                logger.warning(
+                    "Run %s: %d of the %d episodes of upload %s of the previous owner are not "
+                    "pending here; sending the others",
+                    shown(run.local_id),
+                    len(episode_ids) - len(rows),
+                    len(episode_ids),
+                    upload_id,
+                )
+            if rows:
+                self._stream.send_exactly(run, rows)
+            self._owner.resent(run.local_id, upload_id)
 
     def _advance(self, run: RunRow) -> None:
         lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
+        if self._owner is not None and not self._owner.owns(run.local_id):
+            return  # another member of the fleet delivers it now
         if run.closed:
             # Closed with episodes that arrived after: delivered like any
             # other, to the closed run, if the platform takes them.
             if run.platform_id is not None:
                 lifecycle.deliver(run)
             return
-        if self._fleet is not None and run.mode == "online":
-            owned = self._owned_here(run)
-            if owned is None:
-                return
-            run = owned
         if run.end_status is None:
             run = end_if_crashed(self._spool, run, self._idle_timeout)
         if run.mode != "online":
@@ -339,10 +328,12 @@ class Uploader:
                 self._spool.update_run(run.local_id, close_state="gave_up")
             return
         if run.create_state in ("pending", "creating"):
+            if self._owner is not None and self._owner.hold_create(run.local_id):
+                return  # the previous owner's create may still land: looked up later
             lifecycle.create(run)
             run = reload(self._spool, run)
-            if self._fleet is not None and run.platform_id is not None:
-                self._fleet.record_created(run.local_id, run.platform_id, run.url)
         if run.create_state != "created" or run.platform_id is None:
             return
+        if self._owner is not None:
+            self._resend_inherited(run)
         lifecycle.deliver(run)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from .core import AUTOCHECKPOINT_PAGES, SpoolError, SpoolFullError
 from .episodes import EpisodeRow, SpoolEpisodes
+from .handover import SpoolHandover
 from .ingest import IngestOutcome, SpoolIngest
 from .processes import (
     SpoolProcesses,
@@ -109,6 +110,7 @@ class Spool(
     SpoolViews,
     SpoolTallies,
     SpoolSpace,
+    SpoolHandover,
 ):
     """Every run, episode and upload of one spool file (see the modules above).
 

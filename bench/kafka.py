@@ -1,0 +1,187 @@
+"""One ``serve`` with and without Kafka on the same machine: episodes per
+second, OTLP acknowledgement latency, and how long a killed member's runs
+take to resume.
+
+All on loopback: Apache Kafka's broker (a single KRaft node, as ``make
+kafka`` starts it), ``serve`` processes, the fake platform in this process.
+
+- throughput: pre-encoded requests (``--per-request`` episodes of ~8 KB
+  each, several runs) sent by four senders as fast as ``serve`` answers,
+  from the first send to every run closed on the platform;
+- acknowledgement latency: requests paced at ``--rate`` episodes per second
+  for ``--seconds``, each request's time to its answer (p50, p99);
+- resume: two members, half of each run delivered, the member that owns
+  some runs killed -9, the rest sent to the other; the time from the kill to
+  every run whole on the platform.
+
+The machine is shared: the load average before and after is printed beside
+the figures.
+
+    python bench/kafka.py [--episodes 3000] [--rate 1000] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import httpx  # noqa: E402
+from kafka_fleet import Fleet, all_closed, run_bodies  # noqa: E402
+from test_receiver import ServeProcess, episodes, wait_for  # noqa: E402
+
+from prime_runs_otel.testing import FakePlatform  # noqa: E402
+from prime_runs_otel.testing.kafka_broker import Cluster, start  # noqa: E402
+
+
+def alone(root: Path, platform: FakePlatform) -> ServeProcess:
+    from kafka_fleet import member_env
+
+    serve = ServeProcess(root, member_env(root, platform), "--no-grpc", "--straggler-wait", "5")
+    serve.ready_timeout = 120.0
+    return serve.start()
+
+
+def throughput(
+    members: list[ServeProcess], platform: FakePlatform, count: int, per: int, tag: str
+) -> float:
+    runs = {f"{tag}-{n}": episodes(count // 10, seed=n) for n in range(10)}
+    bodies = [b for key, recs in runs.items() for b in run_bodies(recs, key, len(recs) // per)]
+    random.Random(1).shuffle(bodies)
+    # The starts first: a run's start before its episodes, as a producer sends them.
+    began = time.monotonic()
+    with httpx.Client(timeout=120) as client, futures.ThreadPoolExecutor(4) as pool:
+
+        def send(index_body: tuple[int, bytes]) -> None:
+            index, body = index_body
+            member = members[index % len(members)]
+            while True:
+                answer = client.post(
+                    member.traces_url,
+                    content=body,
+                    headers={"content-type": "application/x-protobuf"},
+                )
+                if answer.status_code == 200:
+                    return
+                time.sleep(0.2)
+
+        list(pool.map(send, enumerate(bodies)))
+    wait_for(lambda: all_closed(platform, list(runs)), 600, "every run to close")
+    return sum(len(r) for r in runs.values()) / (time.monotonic() - began)
+
+
+def latency(member: ServeProcess, rate: int, seconds: float, tag: str) -> tuple[float, float]:
+    per = 10
+    records = episodes(int(rate * seconds), seed=77)
+    bodies = run_bodies(records, f"{tag}-paced", max(1, len(records) // per))
+    interval = per / rate
+    took: list[float] = []
+    lock = threading.Lock()
+    with httpx.Client(timeout=60) as client, futures.ThreadPoolExecutor(16) as pool:
+
+        def send(body: bytes) -> None:
+            sent = time.monotonic()
+            answer = client.post(
+                member.traces_url, content=body, headers={"content-type": "application/x-protobuf"}
+            )
+            assert answer.status_code == 200, answer.text
+            with lock:
+                took.append(time.monotonic() - sent)
+
+        began = time.monotonic()
+        pending = []
+        for index, body in enumerate(bodies):
+            delay = began + index * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            pending.append(pool.submit(send, body))
+        for item in pending:
+            item.result()
+    took.sort()
+    return statistics.median(took) * 1000, took[int(len(took) * 0.99) - 1] * 1000
+
+
+def resume(cluster: Cluster, root: Path) -> float:
+    with FakePlatform() as platform:
+        fleet = Fleet(root, cluster, platform, partitions=6)
+        first, _ = fleet.add_many(2)
+        runs = {f"resume-{n}": episodes(20, seed=900 + n) for n in range(8)}
+        pieces = {key: run_bodies(recs, key, 2) for key, recs in runs.items()}
+        rng = random.Random(3)
+        for key in runs:
+            fleet.send(pieces[key][0], rng)
+        wait_for(
+            lambda: (
+                all(len(platform.episodes(r.id)) == 10 for r in platform.runs())
+                and len(platform.runs()) == len(runs)
+            ),
+            300,
+            "the first halves",
+        )
+        first.stop(signal.SIGKILL)
+        killed = time.monotonic()
+        for key in runs:
+            fleet.send(pieces[key][1], rng)
+        wait_for(lambda: all_closed(platform, list(runs)), 300, "every run to close")
+        took = time.monotonic() - killed
+        fleet.stop_all()
+        return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=3000)
+    parser.add_argument("--per-request", type=int, default=30)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-kafka."))
+    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores)", flush=True)
+    cluster = start(root / "kafka")
+    results: dict[str, Any] = {}
+    try:
+        with FakePlatform() as platform:
+            serve = alone(root / "alone", platform)
+            results["alone_eps"] = throughput(
+                [serve], platform, args.episodes, args.per_request, "alone"
+            )
+            results["alone_ack"] = latency(serve, args.rate, args.seconds, "alone")
+            serve.stop()
+        with FakePlatform() as platform:
+            fleet = Fleet(root / "member", cluster, platform, partitions=6)
+            member = fleet.add()
+            results["kafka_eps"] = throughput(
+                [member], platform, args.episodes, args.per_request, "kafka"
+            )
+            results["kafka_ack"] = latency(member, args.rate, args.seconds, "kafka")
+            fleet.stop_all()
+        results["resume_s"] = resume(cluster, root / "resume")
+    finally:
+        cluster.stop()
+    print(f"load average after: {os.getloadavg()[0]:.2f} (2 cores)")
+    print(f"episodes/s, one serve alone:      {results['alone_eps']:.0f}")
+    print(
+        f"episodes/s, one member on Kafka:  {results['kafka_eps']:.0f} "
+        f"({results['kafka_eps'] / results['alone_eps']:.0%} of alone)"
+    )
+    for mode in ("alone", "kafka"):
+        p50, p99 = results[f"{mode}_ack"]
+        print(f"ack latency at {args.rate} episodes/s, {mode}: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    print(f"a killed member's runs whole again after: {results['resume_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

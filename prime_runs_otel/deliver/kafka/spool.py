@@ -1,0 +1,65 @@
+"""The spool of a fleet member: the same spool, with the gate of
+:class:`.owner.RunOwner` in front of the two steps after which a platform
+call goes out that a new owner must know of: a Prime Traces upload (its
+episodes, hence its bytes and idempotency key), a run's create and its
+finalize."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..backoff import Backoff
+from ..platform.http import PlatformError
+from ..spool import Spool
+from .owner import NotOwned, RunOwner
+
+
+class FleetSpool(Spool):
+    def __init__(self, path: str | Path, owner: RunOwner, **options: object) -> None:
+        super().__init__(path, **options)  # type: ignore[arg-type]
+        self.owner = owner
+
+    def begin_traces_upload(
+        self, run_id: str, seqs: Sequence[int], upload_id: str, body: bytes, *, encoding: str
+    ) -> None:
+        ids = self._episode_ids(seqs)
+        try:
+            self.owner.record(run_id, "upload", upload_id, ids)
+        except NotOwned as exc:
+            raise Backoff(PlatformError(f"not sent: {exc}"), delay=1.0) from exc
+        super().begin_traces_upload(run_id, seqs, upload_id, body, encoding=encoding)
+
+    def claim_create(self, local_id: str) -> bool:
+        try:
+            self.owner.record(local_id, "create")
+        except NotOwned as exc:
+            raise Backoff(PlatformError(f"not created: {exc}"), delay=1.0) from exc
+        return super().claim_create(local_id)
+
+    def update_run(self, local_id: str, **values: object) -> None:
+        """A run about to be finalized (``/finalize`` is not idempotent) is
+        recorded in Kafka first: a new owner reads the run's status back
+        before it finalizes, as after an ambiguous answer."""
+        if values.get("close_state") == "finalizing":
+            try:
+                self.owner.record(local_id, "close")
+            except NotOwned as exc:
+                raise Backoff(PlatformError(f"not finalized: {exc}"), delay=1.0) from exc
+        super().update_run(local_id, **values)
+
+    def adopt(self, local_id: str, **values: object) -> None:
+        """What another member did with the run, written without the gate
+        (the consumer loop applies it; nothing goes out)."""
+        super().update_run(local_id, **values)
+
+    def _episode_ids(self, seqs: Sequence[int]) -> list[str]:
+        by_seq: dict[int, str] = {}
+        for start in range(0, len(seqs), 500):
+            chunk = list(seqs[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            rows = self._query(
+                f"SELECT seq, episode_id FROM episodes WHERE seq IN ({marks})", tuple(chunk)
+            )
+            by_seq.update({seq: episode_id for seq, episode_id in rows})
+        return [by_seq[seq] for seq in seqs if seq in by_seq]

@@ -1,0 +1,48 @@
+"""A run's handover record: what the member that delivers a run has done
+with it, as the next owner of its partition needs it.
+
+One record per run in the compacted ``<prefix>.runs`` topic, keyed by the run
+key, written in the same Kafka transaction as the consumer offsets it goes
+with. ``through``: every record of the run in its partition up to this
+offset is delivered, so a new owner skips them; ``delivered``: episodes of
+later records that are delivered too (marked so without a request);
+``sending``: uploads begun and not confirmed, each with its episodes in line
+order, so the new owner sends the same bytes under the same idempotency key
+and Prime Traces replays its receipt; ``creating_at``: when a create request
+was about to go out with no platform run id known yet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERSION = 1
+
+
+@dataclass
+class RunState:
+    run: str
+    partition: int
+    through: int = -1
+    platform_id: str | None = None
+    url: str | None = None
+    closed: bool = False
+    traces_written: int = 0
+    delivered: list[str] = field(default_factory=list)
+    sending: list[tuple[str, list[str]]] = field(default_factory=list)
+    creating_at: float | None = None
+    #: A finalize may have gone out: a new owner reads the status back first.
+    finalizing: bool = False
+
+    def encode(self) -> bytes:
+        return json.dumps({"v": VERSION, **asdict(self)}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> RunState:
+        data: dict[str, Any] = json.loads(value)
+        if data.pop("v", None) != VERSION:
+            raise ValueError("a run state of another version")
+        data["sending"] = [(str(upload), list(ids)) for upload, ids in data.get("sending", [])]
+        return cls(**data)

@@ -1,0 +1,93 @@
+"""``serve --kafka``: a fleet of members on a real Apache Kafka broker, runs
+sent to random members, members killed -9, and exact books on the fake
+platform: every acknowledged episode stored exactly once, each run created
+once and finalized once with the right count, whichever member received its
+spans and whichever delivered it."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_fleet import Fleet, all_closed, assert_books, kafka, run_bodies, wait_for
+from test_receiver import episodes, post
+
+from prime_runs_otel.testing import FakePlatform
+from prime_runs_otel.testing.kafka_broker import Cluster
+
+__all__ = ["kafka"]  # the fixture
+
+#: The fleet tests share one broker per worker: they run on the same worker.
+pytestmark = pytest.mark.xdist_group("kafka")
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, kafka: Cluster) -> Iterator[Fleet]:
+    with FakePlatform() as platform:
+        members = Fleet(tmp_path, kafka, platform)
+        try:
+            yield members
+        finally:
+            members.stop_all()
+
+
+def test_runs_survive_members_killed_mid_run_exactly_once(fleet: Fleet) -> None:
+    """Runs sent to random members; one member killed -9 for good while
+    uploads are in flight on a slow platform, another killed -9 and started
+    again under its name with its spool deleted. The members that take the
+    partitions over send the begun uploads again (stored once), adopt the
+    platform runs (created once) and close them (finalized once)."""
+    fleet.add_many(2)
+    lost_root = fleet.root / "lost"
+    lost = fleet.add(name="lost", root=lost_root)
+    rng = random.Random(5)
+    runs = {f"kill-{n}": episodes(16, seed=500 + n) for n in range(6)}
+    pieces = {key: run_bodies(recs, key, 4) for key, recs in runs.items()}
+    for key in runs:
+        for body in pieces[key][:2]:
+            fleet.send(body, rng)
+    wait_for(lambda: len(fleet.platform.runs()) == len(runs), 120, "every run to be created")
+    # Uploads take a while now: the kill lands with some of them in flight.
+    fleet.platform.set_latency(0.4)
+    for key in runs:
+        fleet.send(pieces[key][2], rng)
+    time.sleep(1.0)  # not a wait for a condition: where the kill lands is the test's variable
+    victim = rng.choice([member for member in fleet.alive() if member is not lost])
+    victim.stop(signal.SIGKILL)
+    killed_at = time.monotonic()
+    lost.stop(signal.SIGKILL)
+    fleet.members.remove(lost)
+    shutil.rmtree(lost_root / "serve-spool")
+    fleet.add(name="lost", root=lost_root)
+    fleet.platform.set_latency(0)
+    for key in runs:
+        fleet.send(pieces[key][3], rng)
+    wait_for(lambda: all_closed(fleet.platform, list(runs)), 180, "every run to close")
+    print(f"every run closed {time.monotonic() - killed_at:.1f}s after the kills")
+    assert_books(fleet.platform, runs)
+
+
+def test_brokers_that_do_not_answer_are_overload_never_a_loss(fleet: Fleet, kafka: Cluster) -> None:
+    """A request the brokers do not acknowledge in time is answered 503 with
+    Retry-After (the client sends it again), and the run is whole once it is."""
+    member = fleet.add()
+    records = episodes(6, seed=900)
+    (body,) = run_bodies(records, "broker-away", 1)
+    (node,) = kafka.nodes
+    assert node.process is not None
+    os.kill(node.process.pid, signal.SIGSTOP)
+    try:
+        answer = post(member.traces_url, body)
+    finally:
+        os.kill(node.process.pid, signal.SIGCONT)
+    assert answer.status_code == 503, answer.text
+    assert answer.headers.get("retry-after")
+    fleet.send(body, random.Random(1))
+    wait_for(lambda: all_closed(fleet.platform, ["broker-away"]), 120, "the run to close")
+    assert_books(fleet.platform, {"broker-away": records})
