@@ -75,7 +75,8 @@ chromium:
 	fi
 
 # Every check, timed (tests/check_all.py): the collector builds in the
-# background from the start, Chromium (for the viewer's browser tests) is
+# background from the start, Chromium (for the viewer's browser tests) and
+# Java, Maven and the Kafka broker's jars (for the Kafka fleet's tests) are
 # installed where missing beside the install, lint and typecheck, the tests run
 # in parallel workers, and where the time went is printed at the end. A missing
 # collector or browser fails its tests, it never skips them. TEST_WORKERS=N sets

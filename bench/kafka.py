@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -170,6 +171,7 @@ def main() -> int:
         results["resume_s"] = resume(cluster, root / "resume")
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
     print(f"load average after: {os.getloadavg()[0]:.2f} (2 cores)")
     print(f"episodes/s, one serve alone:      {results['alone_eps']:.0f}")
     print(

@@ -7,6 +7,10 @@ install, lint, typecheck and the tests that do not run the collector. The
 tests run in parallel workers, the collector tests last: they call the build
 script, which waits for the build under way (collector-config/build-otelcol.sh).
 With OTELCOL_BIN set nothing is built and that binary is used.
+Java, Maven and Apache Kafka's broker jars (`make kafka-tools`: apt-get
+where missing, then Maven Central once per version) are fetched in the
+background the same way; the tests wait for them, and the Kafka fleet's
+tests start the broker from them.
 
 Run by the machine's Python before the virtualenv exists: the standard library
 only. Arguments are passed on to pytest; TEST_WORKERS sets how many workers.

@@ -59,6 +59,9 @@ logger = logging.getLogger(__name__)
 
 #: How often the offsets and run states are committed when nothing asks sooner.
 COMMIT_INTERVAL = 0.5
+#: How long one poll waits for records: an intent that arrives meanwhile
+#: waits for its commit at most this long.
+POLL_SECONDS = 0.01
 #: Partitions of ``<prefix>.runs`` (compacted; one record per run).
 RUNS_PARTITIONS = 6
 #: How long taking a partition over may wait for the run states to be read.
@@ -199,8 +202,10 @@ class KafkaMember:
         assert self._consumer is not None
         while not self._stopping.is_set():
             try:
+                if self._ownership.wanted.is_set():
+                    self._commit()  # an upload, create or finalize waits for it
                 self._read_table(0)
-                messages = self._consumer.consume(500, 0.05)
+                messages = self._consumer.consume(500, POLL_SECONDS)
                 self._take(messages)
                 self._check_ready()
                 due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL
