@@ -89,5 +89,5 @@ def test_brokers_that_do_not_answer_are_overload_never_a_loss(fleet: Fleet, kafk
     assert answer.status_code == 503, answer.text
     assert answer.headers.get("retry-after")
     fleet.send(body, random.Random(1))
-    wait_for(lambda: all_closed(fleet.platform, ["broker-away"]), 120, "the run to close")
+    wait_for(lambda: all_closed(fleet.platform, ["broker-away"]), 300, "the run to close")
     assert_books(fleet.platform, {"broker-away": records})
