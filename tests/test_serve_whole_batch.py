@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from test_receiver import (
     ServeProcess,
     episodes,
@@ -43,14 +46,34 @@ def _spool(root: Path) -> Spool:
     return Spool(root / "serve-spool" / "spool.sqlite3", max_bytes=LARGE_CAP)
 
 
-def _fill(serve: ServeProcess, bodies: list[bytes]) -> int:
+def _send(serve: ServeProcess, body: bytes, transport: str = "http") -> bool:
+    """Export ``body`` as a collector would; whether it was acknowledged.
+    A refusal must be one every OTLP client retries, saying it is the cap."""
+    if transport == "http":
+        answer = post(serve.traces_url, body)
+        assert answer.status_code in (200, 503), answer.text
+        assert answer.status_code == 200 or "cap" in answer.text, answer.text
+        return answer.status_code == 200
+    with grpc.insecure_channel(f"127.0.0.1:{serve.grpc_port}") as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
+        try:
+            export(body, timeout=60)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+            assert "grpc-status-details-bin" in dict(exc.trailing_metadata() or ()), exc
+            return False
+    return True
+
+
+def _fill(serve: ServeProcess, bodies: list[bytes], transport: str = "http") -> int:
     """Send ``bodies`` in order until one is refused; the index of that one."""
     for index, body in enumerate(bodies):
-        answer = post(serve.traces_url, body)
-        if answer.status_code == 503:
-            assert "cap" in answer.text, answer.text
+        if not _send(serve, body, transport):
             return index
-        assert answer.status_code == 200, answer.text
     raise AssertionError(f"the {SMALL_CAP}-byte cap was meant to refuse a request")
 
 
@@ -71,8 +94,7 @@ def test_a_request_past_the_cap_is_refused_whole_and_its_retry_stores_it_without
     env["PRIME_RUNS_OTEL_SPOOL_MAX_BYTES"] = str(LARGE_CAP)
     serve = start_serve(env)
     for body in bodies[refused_at:]:
-        answer = post(serve.traces_url, body)
-        assert answer.status_code == 200, answer.text
+        assert _send(serve, body), "the retry fits under the raised cap"
     serve.stop()
 
     spool = _spool(tmp_path)
@@ -83,17 +105,18 @@ def test_a_request_past_the_cap_is_refused_whole_and_its_retry_stores_it_without
     spool.close()
 
 
+@pytest.mark.parametrize("transport", ["http", "grpc"])
 def test_a_request_refused_at_the_cap_and_never_retried_is_not_counted_by_serve(
-    start_serve: Callable[..., ServeProcess], tmp_path: Path
+    start_serve: Callable[..., ServeProcess], tmp_path: Path, transport: str
 ) -> None:
     bodies = [
         protobuf_body(run_spans(episodes(PER_REQUEST, seed=index), run_id=f"given-up-{index}"))
         for index in range(REQUESTS)
     ]
     serve = start_serve(serve_env(tmp_path, None, PRIME_RUNS_OTEL_SPOOL_MAX_BYTES=str(SMALL_CAP)))
-    refused_at = _fill(serve, bodies)
+    refused_at = _fill(serve, bodies, transport)
     # Refused again while the cap holds: still nothing committed or counted.
-    assert post(serve.traces_url, bodies[refused_at]).status_code == 503
+    assert not _send(serve, bodies[refused_at], transport)
     serve.stop()
 
     spool = _spool(tmp_path)
