@@ -5,7 +5,9 @@ and answer with the :class:`Verdict` it returns. Every span, episode and item
 is outside input, so each is handled inside a guard: one that cannot be read
 or stored is refused alone and counted (``partial_success``), never a failed
 request or a batch retried for ever; only a failure of the disk itself keeps
-a batch for the retry, and readiness reports it until a commit succeeds.
+a batch for the retry, and readiness reports it until a commit succeeds. A
+request whose episodes do not all fit (the spool's cap, its disk's reserve)
+is refused whole and counted nowhere: its sender retries it.
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ class SpanIntake:
                     f"or OTEL_RESOURCE_ATTRIBUTES={semconv.RUN_ID}=<run key>",
                 )
             try:
-                outcome = self._commit(grouped.batches)
+                outcome = self._commit(grouped.batches, whole=True)
             except _TRANSIENT as exc:
                 logger.error("Committing a batch to the spool %s failed: %s", self.spool.path, exc)
                 return Verdict(
@@ -195,6 +197,8 @@ class SpanIntake:
                     retry_after=COMMIT_RETRY_AFTER,
                 )
         if outcome.rejected:
+            # Refused whole (``whole=True``): nothing of it was committed or
+            # counted lost; the sender still holds it and retries.
             return self._full()
         corrupt = sum(len(batch.corrupt) for batch in grouped.batches)
         unreadable = grouped.unreadable + self._refused
@@ -273,16 +277,28 @@ class SpanIntake:
                 )
             self._report.summary()
 
-    def _commit(self, batches: list[RunBatch]) -> IngestOutcome:
+    def _commit(self, batches: list[RunBatch], *, whole: bool = False) -> IngestOutcome:
         """Commit ``batches`` after anything whose commit failed before, with
-        run ends held back until their runs' episodes are out of the buffer."""
+        run ends held back until their runs' episodes are out of the buffer.
+
+        ``whole``: ``batches`` come from a request, which is answered with a
+        retryable refusal unless every new episode fits; then nothing is
+        committed (the spool's ``whole``), so its retry is no loss counted
+        twice. Episodes released by the buffer for timers (``release_settled``,
+        ``flush``) have no sender to retry them: refused, they are lost, and
+        counted on their run.
+        """
         ends = self._ends_ready(batches)
         pending = [*self._uncommitted, *batches, *ends]
         if not pending:
             return IngestOutcome()
         try:
             outcome = self.spool.ingest(
-                pending, mode=self.settings.mode, register_producer=False, check_owner=True
+                pending,
+                mode=self.settings.mode,
+                register_producer=False,
+                check_owner=True,
+                whole=whole,
             )
         except _TRANSIENT as exc:
             # The disk, not the items: keep what nothing else would bring again.
@@ -298,9 +314,14 @@ class SpanIntake:
                 type(exc).__name__,
                 shown(exc),
             )
-            outcome = self._commit_each(pending)
-        self._uncommitted = []
+            outcome = self._commit_each(pending, whole=whole)
         self.commit_problem = None
+        if outcome.refused_whole:
+            # Not committed: the request comes again, but what the buffer
+            # released for it (and run ends held for those) only from here.
+            self._uncommitted = [*self._uncommitted, *_released_part(batches, self.trees), *ends]
+            return outcome
+        self._uncommitted = []
         _log_foreign_ends(outcome.foreign_ends)
         self.counters.add("episodes_stored_total", outcome.stored)
         self.counters.add("episodes_duplicate_total", outcome.duplicates)
@@ -310,17 +331,23 @@ class SpanIntake:
             self._uploader.wake()
         return outcome
 
-    def _commit_each(self, pending: list[RunBatch]) -> IngestOutcome:
+    def _commit_each(self, pending: list[RunBatch], *, whole: bool) -> IngestOutcome:
         """Commit every item of ``pending`` alone; refuse (count and name) the
         ones that fail on their own. A transient failure stops it, the items
-        not yet committed kept for the retry."""
+        not yet committed kept for the retry. ``whole``: an episode that does
+        not fit is not counted, and the outcome says the request must come
+        again (its committed items are duplicates then)."""
         rejected = refused = 0
         foreign: list[tuple[str, str]] = []
         items = [item for batch in pending for item in _items_of(batch)]
         for index, item in enumerate(items):
             try:
                 outcome = self.spool.ingest(
-                    [item], mode=self.settings.mode, register_producer=False, check_owner=True
+                    [item],
+                    mode=self.settings.mode,
+                    register_producer=False,
+                    check_owner=True,
+                    whole=whole,
                 )
             except _TRANSIENT as exc:
                 self._uncommitted = items[index:]
@@ -342,7 +369,9 @@ class SpanIntake:
             foreign += outcome.foreign_ends
         if refused > 5:
             logger.warning("%d more item(s) of the batch were refused the same way", refused - 5)
-        return IngestOutcome(rejected=rejected, foreign_ends=tuple(foreign))
+        return IngestOutcome(
+            rejected=rejected, foreign_ends=tuple(foreign), refused_whole=whole and rejected > 0
+        )
 
     def _ends_ready(self, batches: list[RunBatch]) -> list[RunBatch]:
         """Hold back the ends of runs with episodes still in the buffer; return

@@ -43,6 +43,18 @@ class IngestOutcome:
     #: Run ends refused for coming from another producer than the run's
     #: owner (``check_owner``), as ``(run key, sender)``.
     foreign_ends: tuple[tuple[str, str], ...] = ()
+    #: ``whole`` batches only: nothing was committed, because ``rejected``
+    #: of its new episodes did not fit; nothing is counted on any run.
+    refused_whole: bool = False
+
+
+class _DoesNotFit(Exception):
+    """Raised inside the transaction of a ``whole`` batch that does not fit,
+    so that it rolls back."""
+
+    def __init__(self, rejected: int) -> None:
+        super().__init__(rejected)
+        self.rejected = rejected
 
 
 class SpoolIngest(SpoolSize):
@@ -54,6 +66,7 @@ class SpoolIngest(SpoolSize):
         register_producer: bool = True,
         owns_runs: bool = True,
         check_owner: bool = False,
+        whole: bool = False,
     ) -> IngestOutcome:
         """Commit a whole export batch in one transaction.
 
@@ -76,13 +89,36 @@ class SpoolIngest(SpoolSize):
         of its first end if that comes first, and an end from any other
         producer is refused (``IngestOutcome.foreign_ends``), the run left
         open for its owner. In process every sender is this process's own.
+
+        ``whole`` (``serve``, whose senders retry what it refuses): a batch
+        whose new episodes do not all fit is not committed at all, and
+        nothing of it is counted (``IngestOutcome.refused_whole``). The
+        sender still holds it and sends it again; counted ``rejected`` here,
+        the episodes its retry stores would be a loss that never happened.
+        In process (``export()``) nobody sends a batch again, so what does
+        not fit is refused alone and counted, and the rest is kept.
         """
+        args = (batches, mode, register_producer, owns_runs, check_owner, whole)
         try:
-            return self._ingest(batches, mode, register_producer, owns_runs, check_owner)
+            return self._ingest_or_refuse(*args)
         except SpoolFullError:
             if not self.release_reserve():
                 raise
-            return self._ingest(batches, mode, register_producer, owns_runs, check_owner)
+            return self._ingest_or_refuse(*args)
+
+    def _ingest_or_refuse(
+        self,
+        batches: Sequence[RunBatch],
+        mode: str,
+        register_producer: bool,
+        owns_runs: bool,
+        check_owner: bool,
+        whole: bool,
+    ) -> IngestOutcome:
+        try:
+            return self._ingest(batches, mode, register_producer, owns_runs, check_owner, whole)
+        except _DoesNotFit as refused:
+            return IngestOutcome(rejected=refused.rejected, refused_whole=True)
 
     def _ingest(
         self,
@@ -91,6 +127,7 @@ class SpoolIngest(SpoolSize):
         register_producer: bool,
         owns_runs: bool,
         check_owner: bool,
+        whole: bool = False,
     ) -> IngestOutcome:
         # The cap and the disk are checked per episode against the bytes in
         # use plus what this batch adds, since one export batch can carry
@@ -169,6 +206,8 @@ class SpoolIngest(SpoolSize):
                             local_id,
                         ),
                     )
+            if whole and rejected:
+                raise _DoesNotFit(rejected)  # rolls the transaction back
         self._warn_near_cap(room.size)
         self._report_refused(rejected - room.disk_refused - room.stopped_refused)
         self._report_refused(room.disk_refused, disk_full=True)

@@ -1,6 +1,7 @@
 """The spool's size: its cap, and the room left on its disk.
 
-Two limits refuse new episodes (counted on their run, in ``ingest``): the
+Two limits refuse new episodes (counted on their run, in ``ingest``, unless
+the batch is refused whole for its sender to retry): the
 cap (``PRIME_RUNS_OTEL_SPOOL_MAX_BYTES``) on what the spool holds
 (:meth:`SpoolSize.used_bytes`, its pages in use), and the disk's last
 :meth:`SpoolSize.reserve_bytes`, which producers never take.
