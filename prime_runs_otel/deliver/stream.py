@@ -81,11 +81,19 @@ class EpisodeStream:
     def deliver_some(self, run: RunRow) -> bool:
         """Up to ``BATCHES_PER_PASS`` requests for this run, so one busy run
         cannot starve the others; ``True`` when nothing was left pending."""
-        for _ in range(BATCHES_PER_PASS):
-            if not self._deliver_batch(reload(self._spool, run)):
+        for turn in range(BATCHES_PER_PASS):
+            run = reload(self._spool, run)
+            episodes = self._pending(run)
+            if not episodes:
                 return True
-            self._spool.checkpoint()  # a pass can be long; keep the WAL short meanwhile
-            self._lease.renew()
+            if turn:
+                # A pass can be long: keep the WAL short between its requests.
+                # Not after the last one, which the end of the pass checkpoints
+                # (Uploader.deliver_once): a checkpoint waits for the disk, and
+                # an episode that comes meanwhile waits for it.
+                self._spool.checkpoint()
+                self._lease.renew()
+            self._sink_for(run).send(run, episodes)
             if self._stopping.is_set():
                 return False
         self._more_pending()  # more is pending: the next pass starts at once
@@ -96,15 +104,11 @@ class EpisodeStream:
         another member of a fleet began, formed again)."""
         self._sink_for(run).send(run, episodes)
 
-    def _deliver_batch(self, run: RunRow) -> bool:
-        """Send one request's worth; ``False`` when nothing is pending."""
+    def _pending(self, run: RunRow) -> list[EpisodeRow]:
+        """One request's worth of the run's pending episodes (none: nothing pending)."""
         budget = TRACES_BATCH_BYTES if run.sink == "traces" else SAMPLES_BATCH_BYTES
         limit = self._narrowing.limit(run.local_id)
-        episodes = self._spool.pending_episodes(run.local_id, max_bytes=budget, max_count=limit)
-        if not episodes:
-            return False
-        self._sink_for(run).send(run, episodes)
-        return True
+        return self._spool.pending_episodes(run.local_id, max_bytes=budget, max_count=limit)
 
     def _sink_for(self, run: RunRow) -> Sink:
         """The run's sink. Every run starts on Prime Traces; one opted out of
