@@ -138,6 +138,20 @@ def main(pytest_args: list[str]) -> int:
         Phase("install", [MAKE, "-s", ".venv/.installed-test"]),
         Phase("lint", [MAKE, "-s", "lint"]),
         Phase("typecheck", [MAKE, "-s", "typecheck"]),
+        # The clone's own modules compiled once, up front: the tests start
+        # hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is
+        # set none of them would keep its bytecode (0.2 s of CPU a start).
+        Phase(
+            "bytecode",
+            [
+                str(ROOT / ".venv" / "bin" / "python"),
+                "-m",
+                "compileall",
+                "-q",
+                "prime_runs_otel",
+                "tests",
+            ],
+        ),
     ]
     done: list[Phase] = [chromium, kafka]
     passed = False
