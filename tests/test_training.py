@@ -93,7 +93,10 @@ TRAINER = textwrap.dedent(
         run.log_metrics({"loss": 1.0 / (step + 1), "reward/mean": step / 100,
                          "grad_norm": float("nan")}, step=step)
     if how == "die":
-        run.tracer_provider.force_flush()
+        # Dies once its run is registered: a kill during the create itself
+        # leaves a training run that cannot be found again (the RFT API has
+        # no search), which the push then refuses to register blindly.
+        run.wait_registered(120)
         os._exit(9)
     print(run.finish().describe())
     """

@@ -140,7 +140,15 @@ class InstrumentedRun:
         pipeline recorded on the run, and anything noted at hand-off or finish."""
         state = self._delivery.snapshot()
         errors = list(self._notes)
-        if state is not None and state.error and state.error not in errors:
+        # The run's last error also names a passing cause (a platform that
+        # does not answer yet, a pause before a retry): an error for good
+        # only once delivery stopped or episodes failed.
+        if (
+            state is not None
+            and (state.stopped or state.failed > 0)
+            and state.error
+            and state.error not in errors
+        ):
             errors.insert(0, state.error)
         return errors
 
