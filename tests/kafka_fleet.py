@@ -110,8 +110,13 @@ class Fleet:
         raise AssertionError("no member took the request")
 
     def stop_all(self) -> None:
+        """Kill every member, and print the end of each one's log: pytest
+        shows it only when the test failed, where it says what went wrong."""
         for member in self.alive():
             member.stop(9)
+        for member in self.members:
+            lines = member.log().splitlines()[-60:]
+            print(f"--- {member.log_path.name} (last {len(lines)} lines)", *lines, sep="\n")
 
 
 def run_bodies(records: Sequence[dict[str, Any]], run_id: str, pieces: int) -> list[bytes]:

@@ -354,8 +354,32 @@ class KafkaMember:
     # -- rebalancing --------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[Partition]) -> None:
+        """Take partitions over; never half-way.
+
+        The client has assigned them whatever this callback does: one that
+        failed here (the brokers not answering within a call's timeout) left
+        them unknown to this member, which then read their records and
+        skipped every one for good. So the setup is tried until it is done
+        (the group waits up to ``max.poll.interval.ms`` for it)."""
         if not partitions:
             return
+        attempt = 0
+        while True:
+            try:
+                self._take_over(consumer, partitions)
+                return
+            except KafkaException as exc:
+                if self._stopping.is_set():
+                    raise
+                attempt += 1
+                logger.warning(
+                    "Kafka: taking partition(s) %s over failed (%s); trying again",
+                    ", ".join(str(tp.partition) for tp in partitions),
+                    shown(exc),
+                )
+                time.sleep(min(5.0, 0.5 * attempt))
+
+    def _take_over(self, consumer: Consumer, partitions: list[Partition]) -> None:
         self._read_table_to_end()
         committed = consumer.committed(partitions, timeout=30)
         for tp, done in zip(partitions, committed, strict=True):
