@@ -89,12 +89,14 @@ test:
 soak: soak-serve soak-kafka
 
 # serve alone: platform faults, overload and kills together, at scale, with
-# exact accounting. Add a soak test to SOAK_TESTS; each reads SOAK=long.
+# exact accounting, and hostile input fuzzed with thousands of cases. Add a
+# soak test to SOAK_TESTS; each reads SOAK=long.
 SOAK_TESTS := tests/test_soak.py
 
 soak-serve: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
-	OTELCOL_BIN="$$bin" SOAK=long $(BIN)/python -m pytest -q $(SOAK_TESTS)
+	OTELCOL_BIN="$$bin" SOAK=long PRIME_RUNS_OTEL_FUZZ_EXAMPLES=2000 \
+	$(BIN)/python -m pytest -q $(SOAK_TESTS) tests/test_fuzz_serve.py
 
 bench: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \

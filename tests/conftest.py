@@ -23,6 +23,18 @@ SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py", "test_kafka_fleet.py")
 #: build it), so their time limit has the minutes of a build on top.
 COLLECTOR_LAST = ("test_collector_config.py", "test_otelcol.py")
 COLLECTOR_TIMEOUT = 1800
+#: Modules whose tests run real programs end to end several times over
+#: (vf-eval, the prime-rl stand-in, a Kafka fleet, the docs' commands): each
+#: takes seconds of CPU, so on a machine busy with other work a test may take
+#: many minutes. The suite-wide limit (pyproject.toml) is a guard against a
+#: hang, not a speed; these get a limit that a loaded machine stays within.
+LONG_RUNNING = (
+    "test_vf_eval.py",
+    "test_prime_rl.py",
+    "test_docs_commands.py",
+    "test_kafka_fleet.py",
+)
+LONG_RUNNING_TIMEOUT = 1200
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -35,6 +47,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in COLLECTOR_LAST:
             item.add_marker(pytest.mark.timeout(COLLECTOR_TIMEOUT))
+        elif item.path.name in LONG_RUNNING and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LONG_RUNNING_TIMEOUT))
 
 
 @pytest.fixture(autouse=True)
