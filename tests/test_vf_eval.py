@@ -30,6 +30,10 @@ BIN = Path(sys.executable).parent
 VF_EVAL = str(BIN / "vf-eval")
 INSTRUMENT = str(BIN / "opentelemetry-instrument")
 TASKSET = Path(__file__).resolve().parent / "vf_env"
+#: A bound on each process a test starts and each wait, not an expected
+#: duration: an eval takes seconds of CPU alone, minutes on two cores shared
+#: with a full test suite and other work.
+PROCESS_TIMEOUT = 600
 #: Keys every run fills with its own ids, clocks and places.
 VOLATILE = frozenset({"id", "timestamp", "timing", "time", "runtime", "key", "hash"})
 
@@ -124,7 +128,7 @@ def vf_eval(
         env=vf_eval_env(platform, env or {}),
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=PROCESS_TIMEOUT,
         cwd=out.parent,
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -318,7 +322,7 @@ def test_vf_eval_over_otlp_through_serve_lands_as_with_push(
             "PRIME_API_KEY": "",
         }
         vf_eval(online, model, tmp_path / "otel" / "outputs", launcher=[INSTRUMENT], env=otlp)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + PROCESS_TIMEOUT
         while time.monotonic() < deadline:
             fresh = [run for run in online.runs() if run.id not in before]
             if fresh and fresh[0].closed:
@@ -353,7 +357,7 @@ def _interrupted(
         cwd=out.parent,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + PROCESS_TIMEOUT
         run_id = None
         while time.monotonic() < deadline and process.poll() is None:
             fresh = [run.id for run in platform.runs() if run.id not in before]
@@ -363,7 +367,7 @@ def _interrupted(
             time.sleep(0.1)
         assert run_id is not None, "the two finished episodes never reached the platform"
         process.send_signal(how)
-        process.wait(timeout=120)
+        process.wait(timeout=PROCESS_TIMEOUT)
     finally:
         if process.poll() is None:
             process.kill()
@@ -400,7 +404,7 @@ def test_a_killed_eval_is_closed_as_crashed_by_the_next_process(
         env=vf_eval_env(online, {}),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_TIMEOUT,
     )
     assert pushed.returncode == 0, pushed.stderr
     crashed = online.run(run_id)
@@ -428,7 +432,7 @@ def test_vf_eval_under_the_launcher_without_a_key_is_kept_locally(
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=PROCESS_TIMEOUT,
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -437,7 +441,7 @@ def test_vf_eval_under_the_launcher_without_a_key_is_kept_locally(
         [str(BIN / "prime-runs-otel"), "runs", "--json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_TIMEOUT,
         check=True,
     )
     (run,) = json.loads(listed.stdout)
