@@ -203,14 +203,15 @@ class KafkaMember:
         while not self._stopping.is_set():
             try:
                 if self._ownership.wanted.is_set():
-                    self._commit()  # an upload, create or finalize waits for it
+                    self._commit_intents()  # an upload, create or finalize waits for it
                 self._read_table(0)
                 messages = self._consumer.consume(500, POLL_SECONDS)
                 self._take(messages)
                 self._check_ready()
-                due = time.monotonic() - self._last_commit >= COMMIT_INTERVAL
-                if due or self._ownership.wanted.is_set():
+                if time.monotonic() - self._last_commit >= COMMIT_INTERVAL:
                     self._commit()
+                elif self._ownership.wanted.is_set():
+                    self._commit_intents()
                 self.error = None
             except Exception as exc:
                 if self.error is None:
@@ -240,6 +241,18 @@ class KafkaMember:
                 blocked.add(partition)
                 continue
             owned.position = message.offset() + 1
+            if self._ownership.wanted.is_set():
+                self._commit_between_records()
+
+    def _commit_between_records(self) -> None:
+        """An upload, create or finalize waits for a commit: it gets one
+        now, not after the rest of a batch of up to 500 records is read into
+        the spool (which took seconds while a backlog was read). A failure
+        is the intents' (they are refused and tried again); the batch goes on."""
+        try:
+            self._commit_intents()
+        except Exception as exc:
+            logger.warning("Kafka: a commit between records failed (%s)", shown(exc))
 
     def _take_one(self, message: Any, partition: int) -> bool:
         key = (message.key() or b"").decode("utf-8", "replace")
@@ -452,6 +465,30 @@ class KafkaMember:
 
     # -- committing ---------------------------------------------------------------------
 
+    def _commit_intents(self) -> None:
+        """The waiting intents, and the states of their runs only, in one
+        transaction; then their calls go ahead. Every intent that arrived
+        while the previous transaction was in flight rides this one.
+
+        The offsets are left to the periodic commit (:meth:`_commit`): sending
+        them is the costlier half of a transaction here, and a state ahead of
+        the committed offset is what a new owner expects anyway (it skips a
+        run's records up to the state's ``through``)."""
+        intents = self._ownership.take_intents()
+        if not intents:
+            return
+        for intent in intents:
+            self._note(intent)
+        keys = {intent.run_key for intent in intents if intent.error is None}
+        held = self._intake.held_episode_ids() if keys else {}
+        states = []
+        for key in keys:
+            book = self._books[key]
+            state = self._settle(key, book, held.get(key, set()))
+            if state.encode() != book.written:
+                states.append(state)
+        self._finish(intents, states, [])
+
     def _commit(self, *, force: bool = False, only: set[int] | None = None) -> None:
         """One transaction: the changed run states and the offsets up to
         which everything is delivered; then the waiting intents go ahead."""
@@ -479,11 +516,20 @@ class KafkaMember:
                 if value != book.written:
                     states.append(state)
             offsets.append(Partition(self._settings.episodes_topic, partition, first))
-        if states or (offsets and (force or intents or self._offsets_moved(offsets))):
+        if not states and not (offsets and (force or self._offsets_moved(offsets))):
+            offsets = []
+        self._finish(intents, states, offsets)
+
+    def _finish(
+        self, intents: list[Intent], states: list[RunState], offsets: list[Partition]
+    ) -> None:
+        """The transaction, if there is anything to write; then the intents
+        go ahead, or are refused when it failed (the calls must not go out)."""
+        if states or offsets:
             try:
                 self._transaction(states, offsets)
             except Exception as exc:
-                for intent in intents:  # not recorded: the calls must not go out
+                for intent in intents:
                     intent.error = str(exc)
                     intent.done.set()
                 raise

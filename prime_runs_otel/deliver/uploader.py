@@ -1,5 +1,7 @@
 """The delivery loop: moves what the spool holds to the platform, one run at a
-time, on one thread per process.
+time, on one thread per process (a member of a Kafka fleet advances a few
+runs at once: each of its platform calls waits for a Kafka commit first, and
+calls waiting together share one).
 
 Each pass takes every run that still has something to deliver or to close
 and advances it as far as it goes now: a run whose producers died is ended as
@@ -32,6 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from .._courtesy import ExportRunning, PacedGiveWay
 from .._text import shown
@@ -41,7 +44,7 @@ from .backoff import Backoff, Pauses
 from .clients import PlatformClients
 from .crashed import end_if_crashed
 from .eval_run import EvalLifecycle
-from .kafka.owner import RunOwner
+from .kafka.owner import FLEET_DELIVERY_WORKERS, RunOwner
 from .lease import Lease
 from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
@@ -95,8 +98,13 @@ class Uploader:
         self._owner = owner
         self._said_disk = False
         self._base_url = settings.base_url
-        #: The run being advanced now (what a silent platform holds up).
-        self._current: str | None = None
+        #: The runs being advanced now (what a silent platform holds up).
+        self._current: list[str] = []
+        self._current_lock = threading.Lock()
+        #: Runs advanced at once in a pass: a fleet member's platform calls
+        #: each wait for a Kafka commit, which calls of several runs share.
+        self._workers = FLEET_DELIVERY_WORKERS if owner is not None else 1
+        self._pool: ThreadPoolExecutor | None = None
         #: Runs whose ``last_error`` says the platform did not answer, or
         #: why their delivery paused: cleared once they get through.
         self._noted: set[str] = set()
@@ -151,6 +159,9 @@ class Uploader:
             thread.join(timeout)
         self._thread = None
         WATCH.remove(self)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
         self._lease.release()
         self._clients.close()
 
@@ -204,43 +215,73 @@ class Uploader:
                 self._spool.checkpoint()
 
     def _deliver_runs(self, only: Sequence[str] | None) -> None:
-        for run in self._spool.runs_to_deliver_or_close():
-            if only is not None and run.local_id not in only:
-                continue
+        runs = [
+            run
+            for run in self._spool.runs_to_deliver_or_close()
+            if only is None or run.local_id in only
+        ]
+        if self._workers > 1 and len(runs) > 1:
+            self._deliver_in_parallel(runs, only)
+            return
+        for run in runs:
             if self._stopping.is_set() and only is None:
                 return
-            if self._pauses.waiting(run.local_id):
-                continue
-            self._current = run.local_id
-            try:
-                self._advance(run)
-            except Backoff as pause:
-                self._pauses.pause(run, pause)
-                self._note(run.local_id, str(pause.cause))
-            except StopDelivery as stop:
-                if run.closed:
-                    # Over on the platform: stopping would reopen it. Its late
-                    # episodes wait, with backoff, for the cause to go away.
-                    self._pauses.pause(run, Backoff(PlatformError(stop.reason)))
-                    continue
-                self._pauses.clear(run.local_id)
-                stop_run(self._spool, run, stop.reason)
-            except Exception as exc:
-                # Whatever one run's data does, the runs after it are still
-                # delivered: this run waits (with backoff) and is retried.
-                logger.error(
-                    "Run %s: delivery failed (%s: %s); retrying later",
-                    shown(run.local_id),
-                    type(exc).__name__,
-                    shown(exc),
-                    exc_info=self._pauses.failures(run.local_id) == 0,
-                )
-                self._pauses.pause(run, Backoff(PlatformError(f"{type(exc).__name__}: {exc}")))
-            else:
-                self._pauses.clear(run.local_id)
-                self._clear_note(run.local_id)
-            finally:
-                self._current = None
+            self._deliver_run(run)
+
+    def _deliver_in_parallel(self, runs: list[RunRow], only: Sequence[str] | None) -> None:
+        """Several runs advanced at once (a fleet member): each of their
+        platform calls waits for a Kafka commit first (:mod:`.kafka.owner`),
+        and calls of different runs waiting together share one commit and
+        then go out side by side. A run is on one thread at a time: the pass
+        ends when every run's turn has."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="uploader-run")
+
+        def turn(run: RunRow) -> None:
+            if self._stopping.is_set() and only is None:
+                return
+            with untraced():
+                self._deliver_run(run)
+
+        for done in [self._pool.submit(turn, run) for run in runs]:
+            done.result()
+
+    def _deliver_run(self, run: RunRow) -> None:
+        """Advance one run as far as it goes now; a failure pauses it alone."""
+        if self._pauses.waiting(run.local_id):
+            return
+        with self._current_lock:
+            self._current.append(run.local_id)
+        try:
+            self._advance(run)
+        except Backoff as pause:
+            self._pauses.pause(run, pause)
+            self._note(run.local_id, str(pause.cause))
+        except StopDelivery as stop:
+            if run.closed:
+                # Over on the platform: stopping would reopen it. Its late
+                # episodes wait, with backoff, for the cause to go away.
+                self._pauses.pause(run, Backoff(PlatformError(stop.reason)))
+                return
+            self._pauses.clear(run.local_id)
+            stop_run(self._spool, run, stop.reason)
+        except Exception as exc:
+            # Whatever one run's data does, the runs after it are still
+            # delivered: this run waits (with backoff) and is retried.
+            logger.error(
+                "Run %s: delivery failed (%s: %s); retrying later",
+                shown(run.local_id),
+                type(exc).__name__,
+                shown(exc),
+                exc_info=self._pauses.failures(run.local_id) == 0,
+            )
+            self._pauses.pause(run, Backoff(PlatformError(f"{type(exc).__name__}: {exc}")))
+        else:
+            self._pauses.clear(run.local_id)
+            self._clear_note(run.local_id)
+        finally:
+            with self._current_lock:
+                self._current.remove(run.local_id)
 
     # -- a platform that does not answer ----------------------------------------
 
@@ -248,9 +289,12 @@ class Uploader:
         """Called by :data:`.platform.watch.WATCH` while a request waits: say
         at once (not after the read timeout) that the platform cannot be
         reached, where the episodes are, and record it on the run."""
-        local_id = self._current
-        if local_id is None:
-            return
+        with self._current_lock:
+            local_ids = list(self._current)
+        for local_id in local_ids:
+            self._say_silent(local_id, what, seconds)
+
+    def _say_silent(self, local_id: str, what: str, seconds: float) -> None:
         reason = (
             f"the platform at {self._base_url} has not answered {what} for {seconds:.0f}s: it "
             "cannot be reached from here now"

@@ -22,6 +22,11 @@ from typing import Literal, Protocol
 
 from .state import RunState
 
+#: Runs a member's uploader advances at once. Each upload, create and
+#: finalize waits for a Kafka transaction before it goes out; several runs
+#: waiting together share one (and their uploads then overlap), where one
+#: run at a time paid a transaction per call.
+FLEET_DELIVERY_WORKERS = 4
 #: How long a record may wait for the consumer loop's commit.
 RECORD_TIMEOUT = 30.0
 #: How long a new owner waits before it looks up a run whose create another
