@@ -46,10 +46,19 @@ class RunLifecycle(Protocol):
         ...
 
 
+class RunLeftSpool(Exception):
+    """The run is no longer in the spool while a step was delivering it.
+
+    Only a fleet member's spool loses runs under its uploader: a run leaves
+    with its Kafka partition when the partition goes to another member,
+    which delivers it from there (what was begun is in the run's state)."""
+
+
 def reload(spool: Spool, run: RunRow) -> RunRow:
     """``run`` as the spool holds it now."""
     fresh = spool.run(run.local_id)
-    assert fresh is not None, "runs are never deleted from the spool"
+    if fresh is None:
+        raise RunLeftSpool(run.local_id)
     return fresh
 
 

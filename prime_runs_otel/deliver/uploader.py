@@ -46,7 +46,7 @@ from .crashed import end_if_crashed
 from .eval_run import EvalLifecycle
 from .kafka.owner import FLEET_DELIVERY_WORKERS, RunOwner
 from .lease import Lease
-from .lifecycle import STRAGGLER_WAIT, RunLifecycle, StragglerWait, reload
+from .lifecycle import STRAGGLER_WAIT, RunLeftSpool, RunLifecycle, StragglerWait, reload
 from .lines import LineCache
 from .platform.http import PlatformError
 from .platform.watch import WATCH
@@ -257,6 +257,10 @@ class Uploader:
         except Backoff as pause:
             self._pauses.pause(run, pause)
             self._note(run.local_id, str(pause.cause))
+        except RunLeftSpool:
+            # Its partition went to another member, which delivers it now.
+            logger.info("Run %s left this member with its partition", shown(run.local_id))
+            self._pauses.clear(run.local_id)
         except StopDelivery as stop:
             if run.closed:
                 # Over on the platform: stopping would reopen it. Its late
