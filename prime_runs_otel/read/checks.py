@@ -237,10 +237,8 @@ def read_record(
     """An episode record as the spool takes it, or why it cannot be taken.
 
     ``raw`` is the record serialised; ``plain_scalars`` says orjson parsed or
-    wrote it (see :func:`check_json_value`). The exporter's span path calls
-    this once it has the record parsed from the span; the producer calls it
-    directly when it hands a record to the exporter in its own process
-    (:attr:`SpanView.prepared`), which then parses nothing at all.
+    wrote it (see :func:`check_json_value`). Called once the record is
+    parsed from its span (or synthesised).
     ``within_limits`` says :func:`~prime_runs_otel._json.encode_record` wrote
     ``raw`` with orjson, which leaves nothing to check.
     ``line_for`` (a run type) also builds the record's Prime Traces line
