@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import semconv as sc
-from .._json import MAX_NESTING, nested_deeper_than, parse
+from .._json import MAX_NESTING, nests_too_deep, parse
 from ..errors import RecordError
 from .episodes import CorruptEpisode, EpisodeArrival, episode_arrival
 from .projection.step_table import unnamed_step_table
@@ -480,7 +480,7 @@ def check_json_value(
     it: only the nesting is left to check, at less than half the cost.
     """
     if plain_scalars:
-        if not _few_brackets(raw) and nested_deeper_than(value, MAX_NESTING):
+        if not _few_brackets(raw) and nests_too_deep(value):
             raise _too_deep(what)
         return
     scan = raw is None or _ESCAPED_SURROGATE.search(raw) is not None
