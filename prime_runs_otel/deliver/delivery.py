@@ -37,7 +37,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .. import semconv
@@ -48,7 +48,7 @@ from ..read.episodes import CorruptEpisode, EpisodeArrival
 from ..read.ingest import Fallback, Grouped, group_by_run
 from ..read.records import RunBatch
 from ..read.span_tree import SpanTree, SpanTreeBuffer
-from ..read.spans import SpanView
+from ..read.spans import SpanView, with_prepared
 from .spool import IngestOutcome, Spool, SpoolError
 from .uploader import Uploader
 
@@ -603,7 +603,7 @@ def read_ahead(view: SpanView, lines: bool) -> SpanView:
     except Exception:
         return view
     if isinstance(item, (EpisodeArrival, CorruptEpisode)):
-        return replace(view, prepared=item)
+        return with_prepared(view, item)
     return view
 
 

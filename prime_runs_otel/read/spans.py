@@ -66,6 +66,26 @@ class SpanView:
 _EMPTY: Mapping[str, Any] = {}
 
 
+def with_prepared(view: SpanView, item: EpisodeArrival | CorruptEpisode) -> SpanView:
+    """``view`` with its episode read already: a copy written out field by
+    field, several times cheaper than ``dataclasses.replace`` once a span."""
+    return SpanView(
+        view.name,
+        view.trace_id,
+        view.span_id,
+        view.parent_span_id,
+        view.start_ns,
+        view.end_ns,
+        view.attributes,
+        view.resource,
+        view.status_error,
+        view.status_message,
+        view.events,
+        view.in_process,
+        item,
+    )
+
+
 def from_readable_span(span: ReadableSpan) -> SpanView:
     """View an SDK span without copying its attributes.
 
