@@ -53,7 +53,7 @@ from .config import (
     refuse_overrides,
     resolve_settings,
 )
-from .deliver.delivery import Delivery, Sender, WatchedTrees
+from .deliver.delivery import Sender, SpanDelivery, WatchedTrees
 from .deliver.process_runs import FallbackRun, ProcessRuns
 from .deliver.spool import RunRow, Spool
 from .deliver.uploader import Uploader
@@ -109,7 +109,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         self._is_shutdown = False
         self._owner_pid = os.getpid()
         self._fallback = FallbackRun()
-        self._delivery: Delivery | None = None
+        self._delivery: SpanDelivery | None = None
         self._runs: ProcessRuns | None = None
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _renew_locks(reference))
@@ -118,7 +118,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         if root_traces_as_episodes is None:
             root_traces_as_episodes = bool(env_flag(ROOT_TRACES_AS_EPISODES_ENV))
         spool, uploader = _spool_and_uploader(self.settings, self.export_running)
-        self._delivery = Delivery(
+        self._delivery = SpanDelivery(
             spool,
             self.settings,
             uploader,

@@ -29,7 +29,7 @@ from prime_runs_otel import semconv as sc
 from prime_runs_otel._courtesy import ExportRunning, PacedGiveWay
 from prime_runs_otel._json import dumps_record, encode_record, parse
 from prime_runs_otel.config import resolve_settings
-from prime_runs_otel.deliver.delivery import Delivery
+from prime_runs_otel.deliver.delivery import SpanDelivery
 from prime_runs_otel.deliver.lines import LineCache
 from prime_runs_otel.errors import RecordError
 from prime_runs_otel.exporter import PrimeRunsSpanExporter
@@ -369,13 +369,13 @@ def test_the_exporter_raises_the_flag_for_the_length_of_export(
     seen: list[int] = []
 
     exporter = PrimeRunsSpanExporter(deliver=False, shutdown_timeout=0.0)
-    commit = Delivery.commit
+    commit = SpanDelivery.commit
 
-    def probing(self: Delivery, *args: Any, **kwargs: Any) -> Any:
+    def probing(self: SpanDelivery, *args: Any, **kwargs: Any) -> Any:
         seen.append(exporter.export_running._running)  # the commit is the export's own work
         return commit(self, *args, **kwargs)
 
-    monkeypatch.setattr(Delivery, "commit", probing)
+    monkeypatch.setattr(SpanDelivery, "commit", probing)
     provider = TracerProvider(resource=pro.run_resource(run_id="flagged"))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     record_episode(provider.get_tracer("t"), next(synthetic_episodes(1, seed=1)))

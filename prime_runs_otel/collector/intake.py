@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from .. import semconv
 from ..config import Settings
-from ..deliver.delivery import Delivery, Sender, WatchedTrees
+from ..deliver.delivery import Sender, SpanDelivery, WatchedTrees
 from ..deliver.spool import IngestOutcome, Spool
 from ..deliver.uploader import Uploader
 from ..read.otlp import span_views
@@ -63,7 +63,7 @@ class Verdict:
 
 
 class SpanIntake:
-    """Export requests → :class:`.deliver.delivery.Delivery`, shared by the
+    """Export requests → :class:`.deliver.delivery.SpanDelivery`, shared by the
     HTTP and gRPC fronts and the Kafka member.
 
     Episode spans without a record wait in :attr:`trees` for the spans under
@@ -94,7 +94,7 @@ class SpanIntake:
         #: What /metrics reports of this process.
         self.counters = ServeCounters()
         self.settings = settings
-        self.delivery = Delivery(
+        self.delivery = SpanDelivery(
             spool,
             settings,
             uploader,

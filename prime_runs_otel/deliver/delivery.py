@@ -3,7 +3,7 @@
 Both entry points hand their spans here: the in-process exporter
 (``exporter.py``, the SDK's ``SpanExporter`` contract) and ``serve``'s
 intake (``collector/intake.py``, OTLP requests over HTTP, gRPC or Kafka).
-A :class:`Delivery` reads each span once, groups them by run (holding the
+A :class:`SpanDelivery` reads each span once, groups them by run (holding the
 spans of other instrumentations until their episode's tree is whole),
 refuses what may not come in, commits the rest in one transaction and wakes
 the uploader. It answers with a :class:`Delivered` that each entry point
@@ -84,10 +84,6 @@ class Sender:
     allow_attach: bool = True
 
 
-#: The exporter's sender: this process, which never sends a batch again.
-IN_PROCESS = Sender(retries=False, in_process=True)
-
-
 @dataclass(frozen=True)
 class Delivered:
     """What became of one batch of spans, whatever the entry point.
@@ -124,7 +120,7 @@ class WatchedTrees(SpanTreeBuffer):
         return trees
 
 
-class Delivery:
+class SpanDelivery:
     """Span views → per-run batches → refusals → one commit → the uploader.
 
     Episodes are read (parsed, checked, projected) before the lock, which

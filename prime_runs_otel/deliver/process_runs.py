@@ -22,7 +22,7 @@ from .. import semconv
 from .._text import shown
 from ..read.checks import run_identity
 from ..read.records import RunIdentity
-from .delivery import Delivery
+from .delivery import SpanDelivery
 from .platform.watch import WATCH
 from .spool import RunRow, Spool, SpoolError, process_alive, this_producer
 from .uploader import Uploader
@@ -87,7 +87,7 @@ class FallbackRun:
 
 
 class ProcessRuns:
-    """The runs a :class:`.delivery.Delivery` committed to in this process."""
+    """The runs a :class:`.delivery.SpanDelivery` committed to in this process."""
 
     #: How long the uploader gets to finish the step it is in once the wait
     #: for delivery is over, within the SDK's budget.
@@ -95,7 +95,7 @@ class ProcessRuns:
 
     def __init__(
         self,
-        delivery: Delivery,
+        delivery: SpanDelivery,
         uploader: Uploader,
         fallback: FallbackRun,
         *,
