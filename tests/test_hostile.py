@@ -757,7 +757,9 @@ from prime_runs_otel.produce.synthetic import synthetic_episodes
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 run = start_run(name="full-disk", environments=["gsm8k"])
 resource.setrlimit(resource.RLIMIT_FSIZE, (3 * 2**20, 3 * 2**20))
-for record in synthetic_episodes(40, seed=1):
+# 8 MB of records: more than the spool's file and its write-ahead log can
+# hold together under the 3 MiB limit, whenever the uploader checkpoints.
+for record in synthetic_episodes(80, seed=1):
     record["info"] = {"padding": "x" * 100_000}
     run.record_episode(record)
 print(run.finish("completed", timeout=5).describe())
