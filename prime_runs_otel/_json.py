@@ -154,6 +154,21 @@ def _dumps_within_nesting(record: Mapping[str, Any]) -> bytes:
     return orjson.dumps(padded, option=_RECORD_OPTIONS)[_PADDING:-_PADDING]
 
 
+def nests_too_deep(value: Any) -> bool:
+    """Whether a value orjson parsed nests deeper than :data:`MAX_NESTING`.
+
+    Found by orjson writing it where its own limit falls at the limit (see
+    :func:`_dumps_within_nesting`): what orjson parsed has plain scalars and
+    string keys, so nesting is the one thing its writer can refuse, and
+    writing an 8 KB record in C costs a fraction of walking its values.
+    """
+    try:
+        _dumps_within_nesting(value)
+    except orjson.JSONEncodeError:
+        return True
+    return False
+
+
 def nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether objects and arrays nest more than ``limit`` deep in ``value``
     (tuples count as arrays: a record handed over in process may hold them)."""

@@ -52,7 +52,6 @@ from .produce.run_config import normalize_config
 from .produce.run_spans import emit_metrics, emit_run_end, emit_run_start, summary_json
 from .produce.signals import NO_SIGNALS, Signals
 from .providers import run_logger_provider, run_meter_provider
-from .read.checks import read_record
 from .read.projection import parquet_available
 from .sampling import without_sdk
 from .tracing import TracingExporter
@@ -506,39 +505,18 @@ class Run:
         token = otel_context.attach(current)
         try:
             # Nobody but the run reads the episode span's summary attributes
-            # when nobody else listens, just as for the child spans; and then
-            # the record goes to the exporter directly, read already.
+            # when nobody else listens, just as for the child spans.
             record_episode(
                 self._tracer,
                 payload,
                 capture_content=self._capture_content,
                 child_spans=child_spans,
                 summary_attributes=child_spans,
-                hand_over=self._hand_over if self._exporter_alone else None,
                 link=self.start_link,
                 signals=self._signals,
             )
         finally:
             otel_context.detach(token)
-
-    @property
-    def _exporter_alone(self) -> bool:
-        """Whether the run's exporter is the only reader of its spans."""
-        provider = self._provider
-        return isinstance(provider, RunTracerProvider) and provider.processors_added == 1
-
-    def _hand_over(
-        self, context: SpanContext, record: dict[str, Any], raw: bytes, by_orjson: bool
-    ) -> None:
-        # A run bound for Prime Traces gets its lines built here, from the
-        # record at hand, instead of from the stored bytes at upload.
-        episode = read_record(
-            record,
-            raw,
-            within_limits=by_orjson,
-            line_for=self.kind if self.settings.sends_prime_traces else None,
-        )
-        self._exporter.hand_over(context, episode)
 
     def _unencodable_episode(self, item: _Handed, exc: BaseException) -> None:
         self._unencodable += 1

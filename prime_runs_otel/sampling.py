@@ -119,6 +119,15 @@ class DroppedEpisodes:
             count,
         )
 
+    def report(self) -> None:
+        """Said once more at the end: the episodes this process lost to the sampler."""
+        if self.count:
+            logger.warning(
+                "%d episode span(s) were dropped by the tracer's sampler in this process and "
+                "never reached prime-runs-otel: those episodes are not in their runs.",
+                self.count,
+            )
+
 
 def _power_of_ten(count: int) -> bool:
     while count % 10 == 0:

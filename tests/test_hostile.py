@@ -38,6 +38,7 @@ from prime_runs_otel.cli import doctor
 from prime_runs_otel.collector import bodies as rx_bodies
 from prime_runs_otel.collector import intake as rx_intake
 from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.deliver.delivery import read_ahead
 from prime_runs_otel.deliver.spool import Spool, SpoolError
 from prime_runs_otel.deliver.uploader import Uploader
 from prime_runs_otel.errors import RecordError
@@ -193,7 +194,7 @@ def test_a_span_that_breaks_its_reader_costs_only_itself(
     good = _episode_view({"id": "fine"})
     # serve reads episodes ahead of its lock: the span that breaks is left
     # as it came, for the grouping to refuse alone.
-    ahead = [rx_intake._read_ahead(view, lines=False) for view in (bad, good)]
+    ahead = [read_ahead(view, lines=False) for view in (bad, good)]
     assert ahead[0] is bad
     assert isinstance(ahead[1].prepared, EpisodeArrival)
     grouped = group_by_run(ahead)
@@ -346,15 +347,15 @@ def test_an_item_the_spool_cannot_store_is_refused_alone_and_never_retried(
     intake = _intake(tmp_path)
     identity = RunIdentity("poisoned-run", kind="train")
     poisoned = RunBatch(identity, episodes=[_arrival("ok-1"), _arrival("bad", 2**70)])
-    intake._commit([poisoned])
-    assert intake._refused == 1
-    assert intake._uncommitted == []
+    intake.delivery.commit([poisoned])
+    assert intake.delivery.refused_items == 1
+    assert intake.delivery.uncommitted == []
     assert intake.commit_problem is None
     assert "refused episode bad" in caplog.text
     stored = {row.episode_id for row in intake.spool.iter_episodes("poisoned-run")}
     assert stored == {"ok-1"}
 
-    intake._commit([RunBatch(identity, episodes=[_arrival("ok-2")])])
+    intake.delivery.commit([RunBatch(identity, episodes=[_arrival("ok-2")])])
     stored = {row.episode_id for row in intake.spool.iter_episodes("poisoned-run")}
     assert stored == {"ok-1", "ok-2"}
 
@@ -756,7 +757,9 @@ from prime_runs_otel.produce.synthetic import synthetic_episodes
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 run = start_run(name="full-disk", environments=["gsm8k"])
 resource.setrlimit(resource.RLIMIT_FSIZE, (3 * 2**20, 3 * 2**20))
-for record in synthetic_episodes(40, seed=1):
+# 8 MB of records: more than the spool's file and its write-ahead log can
+# hold together under the 3 MiB limit, whenever the uploader checkpoints.
+for record in synthetic_episodes(80, seed=1):
     record["info"] = {"padding": "x" * 100_000}
     run.record_episode(record)
 print(run.finish("completed", timeout=5).describe())

@@ -35,26 +35,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from .._net import bind_socket
 from ..errors import ConfigError
-from ..read.otlp import OtlpDecodeError, decode_protobuf
-from ..read.otlp_logs import decode_logs_protobuf
-from .admission import (
-    OVERLOAD_RETRY_AFTER,
-    admitted_calls,
-    overload_log,
-    overload_message,
-)
-from .bodies import (
-    LOGS_REQUEST,
-    DecodeBudget,
-    WireLayout,
-    bearer_matches,
-    count_values,
-    decode_cost,
-    too_many_values,
-)
-from .counters import ServeCounters
-from .intake import SpanIntake, Verdict, export_response, wire_text
-from .logs_intake import GRPC_LOGS_SERVICE, LogIntake, logs_response
+from .admission import OVERLOAD_RETRY_AFTER, overload_message
+from .bodies import BodyError, DecodeBudget
+from .calls import ExportCalls, Signal
+from .intake import SpanIntake, Verdict, wire_text
+from .logs_intake import GRPC_LOGS_SERVICE, LogIntake
 from .receiver_config import MiB, ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -103,17 +88,21 @@ def _grpc_status(code: grpc.StatusCode, message: str, retry_after: int | None) -
 _Handler: TypeAlias = "grpc.RpcMethodHandler[bytes, Any]"
 
 
+#: The content type of every gRPC request body: OTLP protobuf.
+PROTOBUF = "application/x-protobuf"
+
+
 class OtlpGrpcService:
-    """``TraceService/Export`` over raw bytes, so a malformed request is
+    """One OTLP service's ``Export`` over raw bytes, so a malformed request is
     answered ``INVALID_ARGUMENT`` by this code rather than by the framework."""
 
-    service = GRPC_SERVICE
-    response_type: type[Any] = ExportTraceServiceResponse
-    #: How its values are counted off the wire (None: a trace request's).
-    layout: WireLayout | None = None
-
-    def __init__(self, receiver: GrpcReceiver) -> None:
-        self._receiver = receiver
+    def __init__(
+        self, calls: ExportCalls, signal: Signal, service: str, response_type: type[Any]
+    ) -> None:
+        self._calls = calls
+        self._signal = signal
+        self.service = service
+        self.response_type = response_type
 
     @property
     def method(self) -> str:
@@ -127,20 +116,9 @@ class OtlpGrpcService:
             response_serializer=self.response_type.SerializeToString,
         )
 
-    def respond(self, verdict: Verdict) -> Any:
-        return export_response(verdict)
-
-    def decode(self, body: bytes) -> Any:
-        return decode_protobuf(body)
-
-    def take(self, request: Any) -> Verdict:
-        return self._receiver.intake.accept(request)
-
     def export(self, body: bytes, context: grpc.ServicerContext) -> Any:
-        token = self._receiver.config.token
-        metadata = dict(context.invocation_metadata())
-        header = metadata.get("authorization")
-        if not bearer_matches(header if isinstance(header, str) else None, token):
+        header = dict(context.invocation_metadata()).get("authorization")
+        if not self._calls.authenticated(header if isinstance(header, str) else None):
             context.abort_with_status(
                 _grpc_status(
                     grpc.StatusCode.UNAUTHENTICATED,
@@ -148,9 +126,9 @@ class OtlpGrpcService:
                     None,
                 )
             )
-        verdict = self._accept(body)
+        verdict = self._take(body)
         if verdict.outcome == "accepted":
-            return self.respond(verdict)
+            return self._signal.respond(verdict)
         code = {
             "invalid": grpc.StatusCode.INVALID_ARGUMENT,
             "full": grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -161,50 +139,15 @@ class OtlpGrpcService:
         context.abort_with_status(_grpc_status(code, verdict.message, verdict.retry_after))
         raise AssertionError("abort_with_status() returns only by raising")
 
-    def _accept(self, body: bytes) -> Verdict:
-        limit = self._receiver.config.max_values
-        values = count_values(body, limit, self.layout)
-        if values > limit:
-            return Verdict("invalid", too_many_values(limit).message)
-        with self._receiver.memory.reserve(decode_cost(len(body), values)):
-            try:
-                request = self.decode(body)
-            except OtlpDecodeError as exc:
-                return Verdict("invalid", str(exc))
-            except MemoryError:
-                return _out_of_memory()
-            return self.take(request)
-
-
-class OtlpGrpcLogsService(OtlpGrpcService):
-    """``LogsService/Export``: the span events a logs request carries go to
-    the span intake's buffer (:class:`.logs_intake.LogIntake`)."""
-
-    service = GRPC_LOGS_SERVICE
-    response_type = ExportLogsServiceResponse
-    layout = LOGS_REQUEST
-
-    def respond(self, verdict: Verdict) -> Any:
-        return logs_response(verdict)
-
-    def decode(self, body: bytes) -> Any:
-        return decode_logs_protobuf(body)
-
-    def take(self, request: Any) -> Verdict:
-        return self._receiver.logs.accept(request)
-
-
-def _out_of_memory() -> Verdict:
-    """Decoding ran out of memory: this process's state, not the request's
-    fault, so the client is told to retry (UNKNOWN, grpcio's answer to an
-    exception, is permanent)."""
-    logger.error("Decoding an OTLP/gRPC request ran out of memory; the client retries it")
-    return Verdict(
-        "unavailable",
-        "serve ran out of memory decoding the request; retry later (or lower "
-        "serve's --memory-mib so requests wait their turn instead)",
-        retry_after=OVERLOAD_RETRY_AFTER * 5,
-    )
+    def _take(self, body: bytes) -> Verdict:
+        """The body taken as every front takes one; a body refused before it
+        is taken is retried only when the cause is this process's (a 503)."""
+        try:
+            return self._calls.take(self._signal, body, PROTOBUF)
+        except BodyError as exc:
+            if exc.status == 503:
+                return Verdict("unavailable", exc.message, retry_after=exc.retry_after)
+            return Verdict("invalid", exc.message)
 
 
 class _CountingPool(ThreadPoolExecutor):
@@ -265,17 +208,11 @@ class _Admission(grpc.GenericRpcHandler):
     """
 
     def __init__(
-        self,
-        services: list[OtlpGrpcService],
-        pool: _CountingPool,
-        limit: int,
-        counters: ServeCounters,
+        self, services: list[OtlpGrpcService], pool: _CountingPool, calls: ExportCalls
     ) -> None:
         self._pool = pool
-        self._counters = counters
-        self._limit = limit
-        self._log = overload_log("OTLP/gRPC", limit)
-        self._refuse = _Refusal(limit)
+        self._calls = calls
+        self._refuse = _Refusal(calls.limit)
         #: By full method name: the call's handler, and its refusal.
         self._handlers: dict[str, tuple[_Handler, _Handler]] = {
             service.method: (
@@ -294,11 +231,7 @@ class _Admission(grpc.GenericRpcHandler):
         if handlers is None:
             return None
         export, refusal = handlers
-        if self._pool.held < self._limit:
-            return export
-        self._log.happened()
-        self._counters.add("requests_total", outcome="overloaded")
-        return refusal
+        return export if self._calls.admits(self._pool.held) else refusal
 
     def shutdown(self) -> None:
         self._refuse.experimental_thread_pool.shutdown(wait=True)
@@ -324,8 +257,12 @@ def grpc_server(receiver: GrpcReceiver, port: int) -> GrpcFront:
     config = receiver.config
     _refuse_taken_port(config.host, port)
     pool = _CountingPool(config.workers)
-    services = [OtlpGrpcService(receiver), OtlpGrpcLogsService(receiver)]
-    admission = _Admission(services, pool, admitted_calls(config.workers), receiver.intake.counters)
+    calls = ExportCalls(receiver, "OTLP/gRPC")
+    services = [
+        OtlpGrpcService(calls, calls.traces, GRPC_SERVICE, ExportTraceServiceResponse),
+        OtlpGrpcService(calls, calls.logs, GRPC_LOGS_SERVICE, ExportLogsServiceResponse),
+    ]
+    admission = _Admission(services, pool, calls)
     server = grpc.server(
         pool,
         handlers=[admission],

@@ -31,31 +31,17 @@ from google.rpc import (  # type: ignore[import-untyped]  # ships .pyi without p
 from .._net import bind_socket
 from .._text import shown
 from ..errors import ConfigError
-from ..read.otlp import OtlpDecodeError, OtlpTooManyValues
-from .admission import OVERLOAD_RETRY_AFTER, admitted_calls, overload_log, overload_message
-from .bodies import (
-    JSON_TYPE,
-    LOGS_REQUEST,
-    BodyError,
-    DecodeBudget,
-    WireLayout,
-    bearer_matches,
-    decode_body,
-    decode_cost,
-    decompress,
-    media_type,
-    too_large,
-    too_many_values,
-    values_bound,
-)
+from .admission import OVERLOAD_RETRY_AFTER, overload_message
+from .bodies import JSON_TYPE, BodyError, DecodeBudget, decompress, media_type, too_large
+from .calls import SLOW_BODY_RETRY_AFTER, ExportCalls, Signal
 from .http_connections import (
     KEEP_ALIVE_TIMEOUT,
     OVER_CAP,
     guarded_connection,
     quiet_accept_errors,
 )
-from .intake import SpanIntake, Verdict, export_response, wire_text
-from .logs_intake import LOGS_PATH, LogIntake, decode_logs_body, logs_response
+from .intake import SpanIntake, Verdict, wire_text
+from .logs_intake import LOGS_PATH, LogIntake
 from .receiver_config import DEFAULT_READ_TIMEOUT, TOKEN_ENV, TRACES_PATH, MiB, ReceiverConfig
 
 logger = logging.getLogger(__name__)
@@ -90,10 +76,6 @@ class HttpReceiver(Protocol):
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict: ...
 
 
-#: The retry hint of a body that arrived too slowly, or could not be decoded
-#: for want of memory: the cause may last a while.
-SLOW_BODY_RETRY_AFTER = 5
-
 _GRPC_CODE_OF_STATUS = {
     400: code_pb2.INVALID_ARGUMENT,
     401: code_pb2.UNAUTHENTICATED,
@@ -104,11 +86,6 @@ _GRPC_CODE_OF_STATUS = {
     415: code_pb2.INVALID_ARGUMENT,
     503: code_pb2.UNAVAILABLE,
 }
-
-
-#: What a body decodes to and how its answer is encoded, by path.
-_Accept = Callable[[bytes, str, str], Verdict]
-_Respond = Callable[[Verdict], Any]
 
 
 class OtlpHttpApp:
@@ -123,13 +100,13 @@ class OtlpHttpApp:
     def __init__(self, receiver: HttpReceiver) -> None:
         self._receiver = receiver
         self._config = receiver.config
-        self._routes: dict[str, tuple[_Accept, _Respond]] = {
-            TRACES_PATH: (self._accept, export_response),
-            LOGS_PATH: (self._accept_logs, logs_response),
+        #: Authentication, admission and decoding, as every front does them.
+        self._calls = ExportCalls(receiver, "OTLP/HTTP")
+        #: The signal of each path.
+        self._routes: dict[str, Signal] = {
+            TRACES_PATH: self._calls.traces,
+            LOGS_PATH: self._calls.logs,
         }
-        #: Export requests taken at once; more are answered 503 Retry-After.
-        self._limit = admitted_calls(receiver.config.workers)
-        self._overload = overload_log("OTLP/HTTP", self._limit)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -161,8 +138,8 @@ class OtlpHttpApp:
                 **close,
             )
             return
-        route = self._routes.get(path)
-        if route is None:
+        signal = self._routes.get(path)
+        if signal is None:
             await _send_status(
                 send,
                 404,
@@ -176,7 +153,7 @@ class OtlpHttpApp:
             return
         self._receiver.in_flight += 1
         try:
-            await self._export(scope, receive, send, *route)
+            await self._export(scope, receive, send, signal)
         finally:
             self._receiver.in_flight -= 1
 
@@ -197,12 +174,10 @@ class OtlpHttpApp:
         else:
             await _send_json(send, 503, {"status": "not ready", "reason": problem}, **headers)
 
-    async def _export(
-        self, scope: Scope, receive: Receive, send: Send, accept: _Accept, respond: _Respond
-    ) -> None:
+    async def _export(self, scope: Scope, receive: Receive, send: Send, signal: Signal) -> None:
         headers = _headers(scope)
         content_type = media_type(headers.get("content-type", ""))
-        if not bearer_matches(headers.get("authorization"), self._config.token):
+        if not self._calls.authenticated(headers.get("authorization")):
             await _drain(receive, self._config.max_body_bytes)
             await _send_status(
                 send,
@@ -223,16 +198,14 @@ class OtlpHttpApp:
                 None,
             )
             return
-        if self._receiver.in_flight > self._limit:
+        if not self._calls.admits(self._receiver.in_flight - 1):
             # Refused before its body is read: waiting, it would hold its
             # memory and its connection for nothing.
-            self._overload.happened()
-            self._receiver.intake.counters.add("requests_total", outcome="overloaded")
             await _drain(receive, self._config.max_body_bytes)
             await _send_status(
                 send,
                 503,
-                overload_message(self._limit),
+                overload_message(self._calls.limit),
                 content_type,
                 retry_after=str(OVERLOAD_RETRY_AFTER),
             )
@@ -242,67 +215,19 @@ class OtlpHttpApp:
                 receive, headers, self._config.max_body_bytes, self._config.read_timeout
             )
             verdict = await self._receiver.run_blocking(
-                accept,
-                body,
-                headers.get("content-encoding", ""),
-                content_type,
+                self._take, signal, body, headers.get("content-encoding", ""), content_type
             )
         except BodyError as exc:
             logger.warning("Refused an OTLP/HTTP request: %s", exc.message)
             retry = {} if exc.retry_after is None else {"retry_after": str(exc.retry_after)}
             await _send_status(send, exc.status, exc.message, content_type, **retry)
             return
-        await _send_verdict(send, verdict, content_type, respond)
+        await _send_verdict(send, verdict, content_type, signal.respond)
 
-    def _accept(self, body: bytes, encoding: str, content_type: str) -> Verdict:
-        """Decompress, decode and commit one OTLP/HTTP body (on a worker thread)."""
-        return self._decoded(
-            body, encoding, content_type, decode_body, None, self._receiver.intake.accept
-        )
-
-    def _accept_logs(self, body: bytes, encoding: str, content_type: str) -> Verdict:
-        """Decompress and decode one OTLP/HTTP logs body, and hand its span
-        events to the span intake (on a worker thread)."""
-        return self._decoded(
-            body,
-            encoding,
-            content_type,
-            decode_logs_body,
-            LOGS_REQUEST,
-            self._receiver.logs.accept,
-        )
-
-    def _decoded(
-        self,
-        body: bytes,
-        encoding: str,
-        content_type: str,
-        decode: Callable[[bytes, str, int], Any],
-        layout: WireLayout | None,
-        accept: Callable[[Any], Verdict],
-    ) -> Verdict:
+    def _take(self, signal: Signal, body: bytes, encoding: str, content_type: str) -> Verdict:
+        """Decompress one OTLP/HTTP body and have it taken (on a worker thread)."""
         data = decompress(body, encoding, self._config.max_body_bytes)
-        limit = self._config.max_values
-        values = values_bound(data, content_type, limit, layout)
-        with self._receiver.memory.reserve(decode_cost(len(data), values)):
-            try:
-                request = decode(data, content_type, limit)
-            except OtlpTooManyValues:
-                raise too_many_values(limit) from None
-            except OtlpDecodeError as exc:
-                raise BodyError(400, str(exc)) from None
-            except MemoryError:
-                # This process's state, not the request's fault: a 500 (what
-                # an exception would get) is permanent to OTLP clients.
-                logger.error("Decoding an OTLP/HTTP request ran out of memory; it is retried")
-                raise BodyError(
-                    503,
-                    "serve ran out of memory decoding the request; retry later (or lower "
-                    "serve's --memory-mib so requests wait their turn instead)",
-                    retry_after=SLOW_BODY_RETRY_AFTER,
-                ) from None
-            del data
-            return accept(request)
+        return self._calls.take(signal, data, content_type)
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -379,7 +304,7 @@ async def _drain(receive: Receive, limit: int) -> None:
 
 
 async def _send_verdict(
-    send: Send, verdict: Verdict, content_type: str, respond: _Respond = export_response
+    send: Send, verdict: Verdict, content_type: str, respond: Callable[[Verdict], Any]
 ) -> None:
     if verdict.outcome == "accepted":
         response = respond(verdict)

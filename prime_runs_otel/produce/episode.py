@@ -12,7 +12,7 @@ platform projection is computed from); the consumer needs nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -31,12 +31,7 @@ from .genai_spans import emit_agent_span, trace_reward
 from .signals import NO_SIGNALS, Signals
 from .span_times import episode_window, fill_window, recorded_window
 
-__all__ = ["HandOver", "prepare_episode", "record_episode"]
-
-
-#: ``hand_over(span context, record, its JSON, whether orjson wrote it, and
-#: so within the limits; see ``_json.encode_record``)``: see :func:`record_episode`.
-HandOver = Callable[[SpanContext, dict[str, Any], bytes, bool], None]
+__all__ = ["prepare_episode", "record_episode"]
 
 
 def record_episode(
@@ -46,7 +41,6 @@ def record_episode(
     capture_content: bool | None = None,
     child_spans: bool = True,
     summary_attributes: bool = True,
-    hand_over: HandOver | None = None,
     link: SpanContext | None = None,
     signals: Signals = NO_SIGNALS,
 ) -> str:
@@ -66,12 +60,6 @@ def record_episode(
     episode span's summary (reward, ok, tokens, errors, its status): the
     span keeps only ``prime.episode.id`` and the record with its size and
     digest.
-    ``hand_over`` takes the record instead of the span: it is called with the
-    span's context, the record, its JSON and whether orjson wrote that JSON,
-    before the span ends. It is for an exporter in this process that is the
-    span's only reader: the span then carries ``prime.episode.record.in_process``
-    and no record, and the record is not chunked, hashed, joined and parsed
-    again on its way to that exporter.
     ``link`` is the run-start span's context: the episode span links to it,
     so a backend can walk from a run to its episodes.
     ``signals`` are the run's events and metrics (see :mod:`.signals`): each
@@ -80,7 +68,7 @@ def record_episode(
     """
     record = _as_record(episode)
     try:
-        data, by_orjson = encode_record(record)
+        data, _ = encode_record(record)
     except (TypeError, ValueError) as exc:
         raise RecordError(
             f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
@@ -126,11 +114,7 @@ def record_episode(
             span.set_attribute(sc.EPISODE_ID, record["id"])
         if here is not None and signalled:
             _emit_signals(signals, record, traces, here, window[1])
-        if hand_over is None:
-            set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
-        else:
-            span.set_attribute(sc.EPISODE_RECORD_IN_PROCESS, True)
-            hand_over(span.get_span_context(), record, data, by_orjson)
+        set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
     finally:
         span.end(end_time=window[1])
     episode_id: str = record["id"]

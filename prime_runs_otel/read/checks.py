@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import semconv as sc
-from .._json import MAX_NESTING, nested_deeper_than, parse
+from .._json import MAX_NESTING, nests_too_deep, parse
 from ..errors import RecordError
 from .episodes import CorruptEpisode, EpisodeArrival, episode_arrival
 from .projection.step_table import unnamed_step_table
@@ -237,10 +237,8 @@ def read_record(
     """An episode record as the spool takes it, or why it cannot be taken.
 
     ``raw`` is the record serialised; ``plain_scalars`` says orjson parsed or
-    wrote it (see :func:`check_json_value`). The exporter's span path calls
-    this once it has the record parsed from the span; the producer calls it
-    directly when it hands a record to the exporter in its own process
-    (:attr:`SpanView.prepared`), which then parses nothing at all.
+    wrote it (see :func:`check_json_value`). Called once the record is
+    parsed from its span (or synthesised).
     ``within_limits`` says :func:`~prime_runs_otel._json.encode_record` wrote
     ``raw`` with orjson, which leaves nothing to check.
     ``line_for`` (a run type) also builds the record's Prime Traces line
@@ -482,7 +480,7 @@ def check_json_value(
     it: only the nesting is left to check, at less than half the cost.
     """
     if plain_scalars:
-        if not _few_brackets(raw) and nested_deeper_than(value, MAX_NESTING):
+        if not _few_brackets(raw) and nests_too_deep(value):
             raise _too_deep(what)
         return
     scan = raw is None or _ESCAPED_SURROGATE.search(raw) is not None

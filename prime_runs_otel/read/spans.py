@@ -43,9 +43,9 @@ class SpanView:
     true for a span read straight from the SDK that made it: its attributes
     never crossed a process boundary, so only an attribute limit (which
     shortens, and is caught by a blob's size) can have changed them.
-    ``prepared`` is the episode the producer in this process already read
-    from the record it handed to its exporter directly, instead of putting
-    it on the span to be joined, parsed and checked again.
+    ``prepared`` is the episode already read off this span's record, ahead
+    of the lock the grouping runs under (``deliver/delivery.py``), so it is
+    not read again.
     """
 
     name: str
@@ -66,9 +66,27 @@ class SpanView:
 _EMPTY: Mapping[str, Any] = {}
 
 
-def from_readable_span(
-    span: ReadableSpan, prepared: EpisodeArrival | CorruptEpisode | None = None
-) -> SpanView:
+def with_prepared(view: SpanView, item: EpisodeArrival | CorruptEpisode) -> SpanView:
+    """``view`` with its episode read already: a copy written out field by
+    field, several times cheaper than ``dataclasses.replace`` once a span."""
+    return SpanView(
+        view.name,
+        view.trace_id,
+        view.span_id,
+        view.parent_span_id,
+        view.start_ns,
+        view.end_ns,
+        view.attributes,
+        view.resource,
+        view.status_error,
+        view.status_message,
+        view.events,
+        view.in_process,
+        item,
+    )
+
+
+def from_readable_span(span: ReadableSpan) -> SpanView:
     """View an SDK span without copying its attributes.
 
     An ended span's attributes are immutable, so sharing them is safe and
@@ -92,7 +110,6 @@ def from_readable_span(
         status_message=status.description,
         events=_event_views(events) if events else (),
         in_process=True,
-        prepared=prepared,
     )
 
 

@@ -1,12 +1,10 @@
-"""A run whose exporter is the only reader of its spans hands each record to
-that exporter directly: the episode span carries the episode's id and
-``prime.episode.record.in_process`` instead of the record, and the record
-reaches the spool read once, by the producer.
+"""In process, the episode span is the one carrier of its record, whoever
+else reads the run's spans: the exporter reads each record off its span
+once, on the export thread, with its Prime Traces line built there.
 
-The oracle is the span path itself: the same episodes, recorded by a run that
-somebody else also listens to (so the record travels on the span and the
-exporter joins, parses and checks it), must leave the same spool behind,
-byte for byte, refusals included.
+The oracle is a run somebody else also listens to: the same episodes
+recorded by a run nobody else listens to (no summary attributes, no child
+spans) must leave the same spool behind, byte for byte, refusals included.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanContext
 
 import prime_runs_otel as pro
 from prime_runs_otel import _courtesy
@@ -32,6 +29,7 @@ from prime_runs_otel import semconv as sc
 from prime_runs_otel._courtesy import ExportRunning, PacedGiveWay
 from prime_runs_otel._json import dumps_record, encode_record, parse
 from prime_runs_otel.config import resolve_settings
+from prime_runs_otel.deliver.delivery import SpanDelivery
 from prime_runs_otel.deliver.lines import LineCache
 from prime_runs_otel.errors import RecordError
 from prime_runs_otel.exporter import PrimeRunsSpanExporter
@@ -94,29 +92,15 @@ def _record_all(run: pro.Run, episodes: list[dict[str, Any]]) -> pro.RunResult:
     return run.finish()
 
 
-def test_handed_over_records_are_stored_exactly_as_the_span_path_stores_them(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_run_nobody_else_reads_stores_its_records_as_a_watched_run_does() -> None:
     episodes = _episodes()
-    handed: list[str] = []
-    hand_over = PrimeRunsSpanExporter.hand_over
-
-    def counted(self: PrimeRunsSpanExporter, context: SpanContext, episode: Any) -> None:
-        handed.append(episode.episode_id)
-        hand_over(self, context, episode)
-
-    monkeypatch.setattr(PrimeRunsSpanExporter, "hand_over", counted)
-
-    alone = pro.start_run(name="alone", run_id="hand-over-alone")
-    watched = pro.start_run(name="watched", run_id="hand-over-watched")
+    alone = pro.start_run(name="alone", run_id="records-alone")
+    watched = pro.start_run(name="watched", run_id="records-watched")
     listener = InMemorySpanExporter()
     watched.tracer_provider.add_span_processor(SimpleSpanProcessor(listener))
     alone_result = _record_all(alone, episodes)
     watched_result = _record_all(watched, episodes)
 
-    # Every episode of the run nobody else listens to was handed over, none
-    # of the other's.
-    assert handed == [e["id"] for e in episodes]
     alone_rows, alone_counts = _spooled(alone.id)
     watched_rows, watched_counts = _spooled(watched.id)
     assert alone_rows == watched_rows
@@ -139,45 +123,42 @@ def test_handed_over_records_are_stored_exactly_as_the_span_path_stores_them(
     assert spans and all(sc.EPISODE_RECORD in (s.attributes or {}) for s in spans)
 
 
-def _handed_span(record: dict[str, Any], hand_over: Any, run_id: str = "r") -> ReadableSpan:
-    """The episode span ``record_episode`` makes when it hands ``record`` over."""
+def _episode_span(record: dict[str, Any], run_id: str = "r") -> ReadableSpan:
+    """The episode span ``record_episode`` makes for a run nobody else reads."""
     provider = TracerProvider(resource=pro.run_resource(run_id=run_id))
     memory = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    record_episode(
-        provider.get_tracer("test"),
-        record,
-        child_spans=False,
-        summary_attributes=False,
-        hand_over=hand_over,
-    )
+    record_episode(provider.get_tracer("test"), record, child_spans=False, summary_attributes=False)
     (span,) = memory.get_finished_spans()
     return span
 
 
-def test_the_span_of_a_handed_over_record_carries_its_id_and_no_record() -> None:
-    handed: list[tuple[SpanContext, dict[str, Any], bytes, bool]] = []
+def test_the_episode_span_carries_its_record_even_with_nothing_else_on_it() -> None:
     record = next(synthetic_episodes(1, seed=3))
 
-    span = _handed_span(record, lambda *args: handed.append(args))
+    span = _episode_span(record)
 
-    assert dict(span.attributes or {}) == {
-        sc.EPISODE_ID: record["id"],
-        sc.EPISODE_RECORD_IN_PROCESS: True,
-    }
-    ((context, given, raw, plain),) = handed
-    assert (context.trace_id, context.span_id) == (span.context.trace_id, span.context.span_id)
-    assert given is record and raw == dumps_record(record) and plain is True
+    attributes = dict(span.attributes or {})
+    assert attributes[sc.EPISODE_ID] == record["id"]
+    assert sc.EPISODE_RECORD_IN_PROCESS not in attributes
+    item = read_span(from_readable_span(span))
+    assert isinstance(item, EpisodeArrival)
+    assert item.raw == dumps_record(record)
 
 
-def test_a_span_whose_record_was_handed_to_another_exporter_is_a_loss_with_its_reason(
+def test_a_span_whose_record_went_around_it_is_a_loss_with_its_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Such a span reaching any exporter but the one it was handed to (a
-    processor added by reaching into the provider's internals, say) is
-    counted as a damaged episode that says why, never stored empty."""
+    """A span marked as having had its record handed to an exporter beside
+    it (what earlier releases of a run did) carries no record: counted as a
+    damaged episode that says why, never stored empty."""
     record = next(synthetic_episodes(1, seed=4))
-    span = _handed_span(record, lambda *args: None, run_id="handed-elsewhere")
+    provider = TracerProvider(resource=pro.run_resource(run_id="handed-elsewhere"))
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    attributes = {sc.EPISODE_ID: record["id"], sc.EPISODE_RECORD_IN_PROCESS: True}
+    provider.get_tracer("test").start_span("episode", attributes=attributes).end()
+    (span,) = memory.get_finished_spans()
 
     item = read_span(from_readable_span(span))
     assert isinstance(item, CorruptEpisode)
@@ -190,21 +171,6 @@ def test_a_span_whose_record_was_handed_to_another_exporter_is_a_loss_with_its_r
     run = exporter.spool.run("handed-elsewhere")
     assert run is not None and (run.episodes, run.corrupt) == (0, 1)
     exporter.shutdown()
-
-
-def test_episodes_whose_spans_never_reach_the_exporter_are_reported_at_shutdown(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    exporter = PrimeRunsSpanExporter(deliver=False, shutdown_timeout=0.0)
-    record = next(synthetic_episodes(1, seed=5))
-    raw = dumps_record(record)
-    context = SpanContext(trace_id=1, span_id=2, is_remote=False)
-    exporter.hand_over(context, EpisodeArrival.of(record, raw))
-    assert exporter.episodes_waiting_for_spans == 1
-    with caplog.at_level(logging.WARNING):
-        exporter.shutdown()
-    assert "1 episode(s) handed over in this process never had their span exported" in caplog.text
-    assert exporter.episodes_waiting_for_spans == 0
 
 
 # -- the nesting-only check for what orjson parsed or wrote -------------------------------
@@ -262,7 +228,7 @@ def test_the_nesting_only_check_agrees_with_the_full_check_on_what_orjson_parsed
     assert _refusal(parsed, plain_scalars=True) == _refusal(parsed, raw=raw)
 
 
-# -- Prime Traces lines built at the hand-over -------------------------------------------
+# -- Prime Traces lines built at export -------------------------------------------
 
 
 @pytest.fixture
@@ -281,17 +247,17 @@ def lines_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return taken
 
 
-def test_lines_built_at_the_hand_over_are_the_lines_the_uploader_makes(
+def test_lines_built_at_export_are_the_lines_the_uploader_makes(
     online: Any, lines_taken: list[bool]
 ) -> None:
-    """An online run's uploader fills the run id into lines the producer
+    """An online run's uploader fills the run id into lines ``export()``
     built, and falls back to parsing the stored record for one it could not
     build (a record holding the placeholder itself): the platform stores
     exactly what ``traces_line`` makes of each stored record."""
     episodes = list(synthetic_episodes(30, seed=11))
     episodes[4]["info"] = {"note": RUN_ID_PLACEHOLDER}
 
-    run = pro.start_run(name="lines", run_id="hand-over-lines", environments=["env-a"])
+    run = pro.start_run(name="lines", run_id="export-lines", environments=["env-a"])
     result = _record_all(run, episodes)
 
     assert result.closed and result.episodes == 30
@@ -397,15 +363,19 @@ def test_serve_s_uploader_gives_way_at_most_once_a_millisecond(
     assert sleeps == [0, 0, 0]  # at 0, at 1.2 ms and at 2.3 ms
 
 
-def test_the_exporter_raises_the_flag_for_the_length_of_export() -> None:
+def test_the_exporter_raises_the_flag_for_the_length_of_export(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     seen: list[int] = []
 
-    class Probing(PrimeRunsSpanExporter):
-        def _commit(self, grouped: Any, span_count: int) -> Any:
-            seen.append(self.export_running._running)  # the commit is the export's own work
-            return super()._commit(grouped, span_count)
+    exporter = PrimeRunsSpanExporter(deliver=False, shutdown_timeout=0.0)
+    commit = SpanDelivery.commit
 
-    exporter = Probing(deliver=False, shutdown_timeout=0.0)
+    def probing(self: SpanDelivery, *args: Any, **kwargs: Any) -> Any:
+        seen.append(exporter.export_running._running)  # the commit is the export's own work
+        return commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpanDelivery, "commit", probing)
     provider = TracerProvider(resource=pro.run_resource(run_id="flagged"))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     record_episode(provider.get_tracer("t"), next(synthetic_episodes(1, seed=1)))
