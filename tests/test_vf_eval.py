@@ -11,9 +11,9 @@ harness runs verifiers' own chat program (its source and the argv verifiers
 builds for it) as a coroutine on the eval's event loop instead of one Python
 process per rollout: every model call still goes through verifiers'
 interception endpoint, where the trace that both sides report is recorded,
-and an eval costs about 40% of the CPU it did with a process per rollout
-(a third of it under `opentelemetry-instrument`, whose children each loaded
-every auto-instrumentation)."""
+and an eval costs about half the CPU it did with a process per rollout, a
+third under `opentelemetry-instrument` (whose children each loaded every
+auto-instrumentation)."""
 
 from __future__ import annotations
 
