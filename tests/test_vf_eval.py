@@ -4,9 +4,16 @@ launcher with this package's instrumentation. What the platform holds must
 be the same, apart from how uploads are batched and this package's run-key
 marker; and the ids, clocks and paths every run has of its own.
 
-The eval is `tests/vf_env/arith_otel` (a taskset and a harness that runs
-verifiers' chat program with this interpreter) against the deterministic
-fake OpenAI-compatible server, in the `subprocess` runtime."""
+The eval is `tests/vf_env/arith_otel` against the deterministic fake
+OpenAI-compatible server, in the `subprocess` runtime. Each `vf-eval` is a
+process of its own, launcher included, and so is `serve`; inside it, the
+harness runs verifiers' own chat program (its source and the argv verifiers
+builds for it) as a coroutine on the eval's event loop instead of one Python
+process per rollout: every model call still goes through verifiers'
+interception endpoint, where the trace that both sides report is recorded,
+and an eval costs about half the CPU it did with a process per rollout, a
+third under `opentelemetry-instrument` (whose children each loaded every
+auto-instrumentation)."""
 
 from __future__ import annotations
 
@@ -239,8 +246,8 @@ def test_a_multi_turn_eval_with_a_judge_lands_as_with_push(
 ) -> None:
     """verifiers' user-sim env (a modeled user, untrainable, talks to the
     assistant for two turns) and a model judge in the task's reward: episodes
-    of two traces, judge calls recorded on the assistant's. One task: each
-    turn of each side is a program of its own, seconds of CPU apiece."""
+    of two traces, judge calls recorded on the assistant's. One task: the
+    shape of the episode is what is compared, not how many there are."""
     args = [
         "-n", "1", "-r", "1",
         "--env.id", "user-sim",

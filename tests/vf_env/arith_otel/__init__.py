@@ -5,7 +5,7 @@ multi-agent episode), and ``turns`` asks follow-up questions (multi-turn).
 Answered by ``prime_runs_otel.testing.fake_openai``, deterministically.
 """
 
-from arith_otel.harness import VenvChatHarness
+from arith_otel.harness import InProcessChatHarness
 from arith_otel.taskset import ArithOtelTaskset
 
-__all__ = ["ArithOtelTaskset", "VenvChatHarness"]
+__all__ = ["ArithOtelTaskset", "InProcessChatHarness"]
