@@ -270,7 +270,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         if not grouped.batches:
             return SpanExportResult.SUCCESS
         try:
-            outcome = self._spool.ingest(
+            outcome = self._spool.intake.ingest(
                 grouped.batches, mode=self.settings.mode, owns_runs=self._ends_runs
             )
         except Exception as exc:  # FAILURE is the contract: export() never raises
@@ -319,7 +319,7 @@ class PrimeRunsSpanExporter(SpanExporter):
             lost, self._lost = self._lost, {}
         for local_id, count in lost.items():
             try:
-                self._spool.count_rejected(local_id, count)
+                self._spool.intake.count_rejected(local_id, count)
             except Exception:
                 with self._seen_lock:
                     self._lost[local_id] = self._lost.get(local_id, 0) + count
@@ -418,13 +418,13 @@ class PrimeRunsSpanExporter(SpanExporter):
         """One line at exit for a run nobody named, as ``start_run`` prints."""
         if self.fallback_run is None or self._spool is None:
             return
-        run = self._spool.run(self.fallback_run)
+        run = self._spool.reading.run(self.fallback_run)
         if run is None:
             return
         if run.mode == "local":
             where = f"kept in the local store ({self._spool.path})"
         else:
-            pending = self._spool.pending_count(run.local_id)
+            pending = self._spool.reading.pending_count(run.local_id)
             where = f"{pending} pending, {run.url or 'on the platform'}"
         logger.warning(
             "prime-runs-otel: run %s (%s) %s: %d episode(s), %s; see `prime-runs-otel show %s`",
@@ -441,7 +441,7 @@ class PrimeRunsSpanExporter(SpanExporter):
     def add_step_table(self, local_id: str, step: int, body: bytes) -> None:
         """Keep a training step's Parquet sample table, built elsewhere, with
         the run in the spool, and have the uploader send it."""
-        self.spool.begin_step_upload(local_id, step, (), body, 0)
+        self.spool.steps.begin_step_upload(local_id, step, (), body, 0)
         if self._uploader is not None and os.getpid() == self._owner_pid:
             self._uploader.wake()
 
@@ -449,7 +449,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         """A run that has ended is waited on until it is closed; one that is
         still fed by another process only until what this process gave is
         delivered (its close is that process's to wait for)."""
-        run = self.spool.run(local_id)
+        run = self.spool.reading.run(local_id)
         if run is not None and run.end_status is None:
             self.wait_delivered(local_id, timeout)
         else:
@@ -464,8 +464,8 @@ class PrimeRunsSpanExporter(SpanExporter):
                 run.mode != "online"
                 or (
                     run.create_state == "created"
-                    and self.spool.pending_count(local_id) == 0
-                    and not self.spool.metrics_counts(local_id).get("pending")
+                    and self.spool.reading.pending_count(local_id) == 0
+                    and not self.spool.steps.metrics_counts(local_id).get("pending")
                 )
             ),
         )
@@ -519,7 +519,7 @@ class PrimeRunsSpanExporter(SpanExporter):
             return now >= deadline
 
         self._wait(local_id, timeout, over, cut_short)
-        return self.spool.run(local_id)
+        return self.spool.reading.run(local_id)
 
     def _wait(
         self,
@@ -531,7 +531,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         deadline = time.monotonic() + max(0.0, timeout)
         delay = 0.01
         while True:
-            run = self.spool.run(local_id)
+            run = self.spool.reading.run(local_id)
             if run is not None and done(run):
                 return True
             if run is not None and run.stopped:
@@ -558,24 +558,24 @@ class PrimeRunsSpanExporter(SpanExporter):
         me = os.getpid()
         status, error = _exit_status()
         for local_id in seen:
-            run = self._spool.run(local_id)
+            run = self._spool.reading.run(local_id)
             if run is None or run.end_status is not None:
                 continue
             others = [
                 (pid, start)
-                for _, pid, start, _ in self._spool.producers(local_id)
+                for _, pid, start, _ in self._spool.delivery.producers(local_id)
                 if pid != me and process_alive(pid, start)
             ]
             if not others:
-                self._spool.end_run(local_id, status, error)
+                self._spool.intake.end_run(local_id, status, error)
 
     def _report_leftovers(self, seen: Sequence[str]) -> None:
         assert self._spool is not None
         for local_id in seen:
-            run = self._spool.run(local_id)
+            run = self._spool.reading.run(local_id)
             if run is None or run.mode != "online" or run.closed:
                 continue
-            pending = self._spool.pending_count(local_id)
+            pending = self._spool.reading.pending_count(local_id)
             logger.warning(
                 "Run %s is not closed on the platform yet (%d episode(s) pending). Nothing is "
                 "lost: it stays in %s; deliver it with `prime-runs-otel push %s`.",

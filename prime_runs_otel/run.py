@@ -437,12 +437,16 @@ class Run:
 
     @property
     def platform_id(self) -> str | None:
-        run = self._exporter.spool.run(self.id) if self.settings.mode != "disabled" else None
+        run = (
+            self._exporter.spool.reading.run(self.id) if self.settings.mode != "disabled" else None
+        )
         return run.platform_id if run else None
 
     @property
     def url(self) -> str | None:
-        run = self._exporter.spool.run(self.id) if self.settings.mode != "disabled" else None
+        run = (
+            self._exporter.spool.reading.run(self.id) if self.settings.mode != "disabled" else None
+        )
         return run.url if run else None
 
     @property
@@ -704,7 +708,7 @@ class Run:
             if self._owns_lifecycle and self.settings.mode == "local":
                 # Closed here, not on the uploader's next pass: the process
                 # may be gone before that (a second Ctrl-C).
-                self._exporter.spool.close_local_run(self.id)
+                self._exporter.spool.intake.close_local_run(self.id)
         except BaseException as exc:  # raised to the caller by finish()
             ending.failure = exc
         finally:
@@ -847,7 +851,7 @@ class Run:
                 self.id, status, True, "disabled", None, None, recorded, 0, 0, 0, 0, ""
             )
         spool = self._exporter.spool
-        run = run or spool.run(self.id)
+        run = run or spool.reading.run(self.id)
         if run is None:
             return RunResult(
                 self.id, status, False, settings.mode, None, None, 0, 0, 0, 0, 0, str(spool.path)
@@ -862,7 +866,7 @@ class Run:
             episodes=run.episodes,
             # A local run's episodes are stored, not waiting: nothing is pending
             # until somebody pushes it.
-            pending=spool.pending_count(self.id) if run.mode == "online" else 0,
+            pending=spool.reading.pending_count(self.id) if run.mode == "online" else 0,
             uncertain=run.uncertain,
             failed=run.failed + run.rejected + self._exporter.lost(self.id),
             corrupt=run.corrupt,

@@ -85,14 +85,14 @@ def _spool(settings: Settings) -> Check:
         spool = Spool(path, max_bytes=settings.spool_max_bytes)
         integrity = _integrity(path)
         damaged = _damaged_records(path) if integrity == "ok" else 0
-        runs = spool.runs()
-        unreadable = spool.damaged_runs()
+        runs = spool.reading.runs()
+        unreadable = spool.reading.damaged_runs()
     except (SpoolError, sqlite3.Error) as exc:
         return Check("spool", FAIL, f"{path}: {exc}", "move the file aside; a new spool is created")
-    size = spool.used_bytes()
+    size = spool.housekeeping.used_bytes()
     open_runs = [run for run in runs if not run.settled]
     stuck = [run for run in runs if run.close_state == "gave_up" or run.create_state == "failed"]
-    pending = sum(spool.pending_count(run.local_id) for run in runs if run.mode == "online")
+    pending = sum(spool.reading.pending_count(run.local_id) for run in runs if run.mode == "online")
     detail = (
         f"{path}: {human_bytes(size)} used of a {human_bytes(settings.spool_max_bytes)} cap"
         f"{_free_pages(spool)}, "
@@ -101,11 +101,11 @@ def _spool(settings: Settings) -> Check:
     )
     if integrity != "ok":
         return Check("spool", FAIL, detail, "move the file aside; a new spool is created")
-    free = spool.disk_free()
-    reserve = spool.reserve_bytes
+    free = spool.housekeeping.disk_free()
+    reserve = spool.housekeeping.reserve_bytes
     # Below the reserve, or living on it: delivery released it for its writes.
     if free is not None and (
-        free < reserve or (free < 2 * reserve and not spool.reserve_path.exists())
+        free < reserve or (free < 2 * reserve and not spool.housekeeping.reserve_path.exists())
     ):
         return Check(
             "spool",
@@ -186,10 +186,14 @@ def _free_pages(spool: Spool) -> str:
     """The file's free pages, apart from what it holds: room it reuses, but
     that the disk has not got back (a spool from an earlier release keeps
     what ``rm`` and ``prune`` removed that way until ``compact``)."""
-    free_pages = spool.free_bytes()
+    free_pages = spool.housekeeping.free_bytes()
     if not free_pages:
         return ""
-    hint = "" if spool.gives_back_space() else "; `prime-runs-otel compact` gives them back"
+    hint = (
+        ""
+        if spool.housekeeping.gives_back_space()
+        else "; `prime-runs-otel compact` gives them back"
+    )
     return f" (and {human_bytes(free_pages)} of free pages in the file{hint})"
 
 

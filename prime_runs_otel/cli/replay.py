@@ -110,14 +110,14 @@ def _reopen_unfinished(spool_dir: str | None, run_key: str) -> None:
         return
     spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
     try:
-        row = spool.run(run_key)
+        row = spool.reading.run(run_key)
         unfinished = row is not None and (
             row.end_status == "crashed"
             or (row.end_status == "cancelled" and row.end_error == INTERRUPTED)
         )
         if row is None or not unfinished:
             return
-        if spool.reopen_run(run_key):
+        if spool.intake.reopen_run(run_key):
             note = (
                 f"run {run_key[:12]} was {row.end_status} by an interrupted replay with "
                 f"{row.episodes} episode(s); reopened: this replay adds the ones it lacks and "
@@ -185,7 +185,7 @@ def result_view(result: RunResult) -> dict[str, Any]:
     the run is there, so both print the same thing)."""
     if result.spool_path:
         spool = Spool(Path(result.spool_path), max_bytes=resolve_settings().spool_max_bytes)
-        row = spool.run(result.local_id)
+        row = spool.reading.run(result.local_id)
         if row is not None:
             return with_training(spool, row, run_view(spool, row))
     return {
@@ -286,7 +286,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return EXIT_OK  # nothing to look at: nothing was kept
         print()
         spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
-        row = spool.run(result.local_id)
+        row = spool.reading.run(result.local_id)
         if row is not None:
             print_show(spool, row)
         if fake is not None:

@@ -148,7 +148,7 @@ class SpanIntake:
 
     def has_room(self) -> bool:
         """Under the spool's cap, and short of its disk's reserve."""
-        return self.spool.has_room()
+        return self.spool.housekeeping.has_room()
 
     def accept(self, request: ExportTraceServiceRequest, *, owned: bool = False) -> Verdict:
         """Commit ``request`` (in a fleet: hand it to Kafka); ``owned``: it
@@ -293,7 +293,7 @@ class SpanIntake:
         if not pending:
             return IngestOutcome()
         try:
-            outcome = self.spool.ingest(
+            outcome = self.spool.intake.ingest(
                 pending,
                 mode=self.settings.mode,
                 register_producer=False,
@@ -342,7 +342,7 @@ class SpanIntake:
         items = [item for batch in pending for item in _items_of(batch)]
         for index, item in enumerate(items):
             try:
-                outcome = self.spool.ingest(
+                outcome = self.spool.intake.ingest(
                     [item],
                     mode=self.settings.mode,
                     register_producer=False,
@@ -416,7 +416,7 @@ class SpanIntake:
     def _full(self) -> Verdict:
         """The answer while new episodes would be refused: which limit (the
         disk or the cap) and what frees it; checked again at each request."""
-        problem = self.spool.room_problem() or (
+        problem = self.spool.housekeeping.room_problem() or (
             f"the spool is at its cap of {self.spool.max_bytes} bytes until delivery frees room"
         )
         return Verdict(

@@ -118,7 +118,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
         for name, value in sorted(metrics.items()):
             print(f"  {name:<{width}}  {value:>10.4f}", file=stream)
     shapes = run_distributions(spool, run.local_id)
-    rewards = distribution(spool.histogram(run.local_id, "reward"), bins=10)
+    rewards = distribution(spool.reading.histogram(run.local_id, "reward"), bins=10)
     if rewards is not None and rewards.count > 1:
         line("rewards", f"histogram of {rewards.count} episode(s)")
         for text in histogram(rewards):
@@ -131,7 +131,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
                 f"p50 {shape.p50:g}{unit} · p90 {shape.p90:g}{unit} · "
                 f"p99 {shape.p99:g}{unit} · max {shape.high:g}{unit}",
             )
-    groups = spool.error_groups(run.local_id)
+    groups = spool.reading.error_groups(run.local_id)
     if groups:
         line("errors", "by type (an example episode each)")
         width = min(40, max(len(group.error_type) for group in groups))
@@ -155,7 +155,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
     elif view["state"] == "stored" and run.episodes:
         line("next", f"prime-runs-otel push {run.local_id[:12]}  (once you have a key)")
     line("created", view["created_at"])
-    line("spool", f"{spool.path} ({human_bytes(spool.size_bytes())})")
+    line("spool", f"{spool.path} ({human_bytes(spool.housekeeping.size_bytes())})")
 
 
 def _follow_line(view: dict[str, Any], rate: float) -> str:
@@ -185,7 +185,7 @@ def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> in
     while True:
         with contextlib.suppress(SpoolError, sqlite3.Error):  # a spool it cannot write
             end_runs_of_dead_producers(spool)  # its producer may die while followed
-        run = spool.run(local_id)
+        run = spool.reading.run(local_id)
         if run is None:
             raise UsageError(f"run {local_id} was removed from {spool.path}")
         view = run_view(spool, run)

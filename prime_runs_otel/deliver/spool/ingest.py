@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from ...read.episodes import EpisodeArrival
 from ...read.projection import LineTemplate, SummaryAccumulator
-from .core import SpoolFullError
+from .cap import IngestCap
+from .core import SpoolCore, SpoolFullError
 from .processes import register_producer as register_producer_row
 from .rows import aggregate, insert_rows
 from .runs import ensure_run
@@ -57,7 +58,14 @@ class _DoesNotFit(Exception):
         self.rejected = rejected
 
 
-class SpoolIngest(SpoolSize):
+class SpoolIngest(IngestCap):
+    """``export()``'s and ``serve``'s write (``intake``), within the cap that
+    ``size.py`` keeps (``_room``)."""
+
+    def __init__(self, core: SpoolCore) -> None:
+        super().__init__(core)
+        self._room = SpoolSize(core)
+
     def ingest(
         self,
         batches: Sequence[RunBatch],
@@ -102,7 +110,7 @@ class SpoolIngest(SpoolSize):
         try:
             return self._ingest_or_refuse(*args)
         except SpoolFullError:
-            if not self.release_reserve():
+            if not self._room.release_reserve():
                 raise
             return self._ingest_or_refuse(*args)
 
@@ -132,7 +140,7 @@ class SpoolIngest(SpoolSize):
         # The cap and the disk are checked per episode against the bytes in
         # use plus what this batch adds, since one export batch can carry
         # thousands of episodes.
-        size = self.used_bytes()
+        size = self._room.used_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
@@ -142,7 +150,7 @@ class SpoolIngest(SpoolSize):
                 size,
                 db.execute(STOPPED_HELD_SQL).fetchone()[0],
                 self.max_bytes,
-                self.disk_left_for_episodes(),
+                self._room.disk_left_for_episodes(),
             )
             for batch in batches:
                 local_id = batch.identity.local_id

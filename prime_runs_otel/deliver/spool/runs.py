@@ -16,7 +16,8 @@ from typing import Any
 from ..._text import shown
 from ...read.projection import SummaryAccumulator
 from ...read.records import RunIdentity
-from .core import SpoolCore, SpoolError
+from .core import SpoolError
+from .part import SpoolPart
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +135,9 @@ def ensure_run(
     return summary
 
 
-class SpoolRuns(SpoolCore):
+class _RunRows(SpoolPart):
+    """Runs read back from their rows, shared by the facets that read runs."""
+
     _RUN_COLUMNS = (
         "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
         "create_state, create_started, sink, traces_written, end_status, end_error, "
@@ -166,6 +169,10 @@ class SpoolRuns(SpoolCore):
                     self._reported_damaged.add(exc.local_id)
                     logger.error("%s", exc)
         return runs
+
+
+class RunReads(_RunRows):
+    """Which runs there are, and each one's row (``reading``)."""
 
     def run(self, local_id: str) -> RunRow | None:
         rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE local_id = ?", (local_id,))
@@ -210,6 +217,10 @@ class SpoolRuns(SpoolCore):
         )
         return self._readable_runs(rows)
 
+
+class RunDelivery(_RunRows):
+    """A run's delivery state, as the uploader and ``push`` record it (``delivery``)."""
+
     def runs_to_deliver_or_close(self) -> list[RunRow]:
         """Runs not yet closed: online ones to deliver, local ones to close
         when their producer ends (or dies); and closed online runs that late
@@ -251,14 +262,6 @@ class SpoolRuns(SpoolCore):
                 (now, now, local_id),
             )
 
-    def count_rejected(self, local_id: str, count: int) -> None:
-        """Episodes of the run that could not be stored (the spool's disk was
-        full even for them), counted as refused at the spool."""
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE runs SET rejected = rejected + ? WHERE local_id = ?", (count, local_id)
-            )
-
     def claim_create(self, local_id: str) -> bool:
         """Mark the create as in flight before sending it, so a crash between
         the request and its answer is recovered by lookup, not by a second run."""
@@ -269,6 +272,56 @@ class SpoolRuns(SpoolCore):
                 (time.time(), local_id),
             )
             return cursor.rowcount == 1
+
+    def set_mode(self, local_id: str, mode: str) -> None:
+        """Switch where a run goes. A local run taken online (``push``) is
+        reopened: being closed in the local store says nothing about the
+        platform, which has not seen the run yet."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET close_state = CASE WHEN mode = 'local' AND ? = 'online' "
+                "THEN 'open' ELSE close_state END, mode = ?, updated_at = ? WHERE local_id = ?",
+                (mode, mode, time.time(), local_id),
+            )
+
+    def keep_records(self, local_id: str, keep: bool) -> None:
+        """Whether the run's record bodies outlive their delivery."""
+        self.update_run(local_id, keep_records=1 if keep else 0)
+
+    def reopen_failed(self, local_id: str) -> int:
+        """Give refused episodes and a failed create another chance (``push``)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE run_id = ? AND state = 'failed' "
+                "AND EXISTS (SELECT 1 FROM records r WHERE r.seq = episodes.seq)",
+                (local_id,),
+            )
+            db.execute(
+                "UPDATE runs SET failed = MAX(0, failed - ?), "
+                "create_state = CASE WHEN create_state = 'failed' THEN 'pending' "
+                "ELSE create_state END, "
+                "close_state = CASE WHEN close_state = 'gave_up' THEN 'open' "
+                "ELSE close_state END WHERE local_id = ?",
+                (cursor.rowcount, local_id),
+            )
+            db.execute(
+                "UPDATE metrics SET state = 'pending' WHERE run_id = ? AND state = 'failed'",
+                (local_id,),
+            )
+            return cursor.rowcount
+
+
+class RunEnds(SpoolPart):
+    """What a run's producer records of it beyond its episodes (``intake``)."""
+
+    def count_rejected(self, local_id: str, count: int) -> None:
+        """Episodes of the run that could not be stored (the spool's disk was
+        full even for them), counted as refused at the spool."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET rejected = rejected + ? WHERE local_id = ?", (count, local_id)
+            )
 
     def end_run(self, local_id: str, status: str, error: str | None) -> bool:
         """Record a run's end unless one is already recorded (the first wins)."""
@@ -316,16 +369,9 @@ class SpoolRuns(SpoolCore):
             db.execute("DELETE FROM producers WHERE run_id = ?", (local_id,))
             return True
 
-    def set_mode(self, local_id: str, mode: str) -> None:
-        """Switch where a run goes. A local run taken online (``push``) is
-        reopened: being closed in the local store says nothing about the
-        platform, which has not seen the run yet."""
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE runs SET close_state = CASE WHEN mode = 'local' AND ? = 'online' "
-                "THEN 'open' ELSE close_state END, mode = ?, updated_at = ? WHERE local_id = ?",
-                (mode, mode, time.time(), local_id),
-            )
+
+class RunRemoval(SpoolPart):
+    """Removing a run (``housekeeping``)."""
 
     def delete_run(self, local_id: str) -> int:
         """Remove a run and everything stored for it (``prime-runs-otel rm``);
@@ -352,30 +398,3 @@ class SpoolRuns(SpoolCore):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", (local_id,))
             db.execute("DELETE FROM runs WHERE local_id = ?", (local_id,))
             return int(count)
-
-    def keep_records(self, local_id: str, keep: bool) -> None:
-        """Whether the run's record bodies outlive their delivery."""
-        self.update_run(local_id, keep_records=1 if keep else 0)
-
-    def reopen_failed(self, local_id: str) -> int:
-        """Give refused episodes and a failed create another chance (``push``)."""
-        with self._transaction() as db:
-            cursor = db.execute(
-                "UPDATE episodes SET state = 'pending', upload_id = NULL "
-                "WHERE run_id = ? AND state = 'failed' "
-                "AND EXISTS (SELECT 1 FROM records r WHERE r.seq = episodes.seq)",
-                (local_id,),
-            )
-            db.execute(
-                "UPDATE runs SET failed = MAX(0, failed - ?), "
-                "create_state = CASE WHEN create_state = 'failed' THEN 'pending' "
-                "ELSE create_state END, "
-                "close_state = CASE WHEN close_state = 'gave_up' THEN 'open' "
-                "ELSE close_state END WHERE local_id = ?",
-                (cursor.rowcount, local_id),
-            )
-            db.execute(
-                "UPDATE metrics SET state = 'pending' WHERE run_id = ? AND state = 'failed'",
-                (local_id,),
-            )
-            return cursor.rowcount
