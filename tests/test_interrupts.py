@@ -213,7 +213,7 @@ HELD_HANDOFF = textwrap.dedent(
     import json, os, signal, sys, threading, time
     from opentelemetry.sdk.trace import SpanProcessor
     import prime_runs_otel as pro
-    import prime_runs_otel.run as run_module
+    import prime_runs_otel.run.ending as run_module
     from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     second, drain_wait = sys.argv[1] == "second", float(sys.argv[2])
