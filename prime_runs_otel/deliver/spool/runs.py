@@ -15,7 +15,7 @@ from typing import Any
 
 from ..._text import shown
 from ...read.projection import SummaryAccumulator
-from ...read.records import RunIdentity
+from ...read.records import RunBatch, RunEnd, RunIdentity, RunStart
 from .core import SpoolError
 from .part import SpoolPart
 
@@ -133,6 +133,83 @@ def ensure_run(
         ),
     )
     return summary
+
+
+def record_start(db: sqlite3.Connection, local_id: str, start: RunStart, *, claim: bool) -> None:
+    """The run's config, from its first start; and its owner, the producer of
+    its first owning start, when ``claim`` (``check_owner``)."""
+    db.execute(
+        "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
+        (json.dumps(start.config), local_id),
+    )
+    if claim and start.owner:
+        claim_owner(db, local_id, start.producer)
+
+
+def count_batch(
+    db: sqlite3.Connection,
+    local_id: str,
+    batch: RunBatch,
+    summary: SummaryAccumulator,
+    added: int,
+    refused: int,
+    now: float,
+) -> None:
+    """What one batch brought, counted on its run with the running summary.
+    Episodes stored after the run was closed are counted late: the uploader
+    still delivers them, to the closed run."""
+    db.execute(
+        "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
+        "late = late + CASE WHEN close_state = 'closed' AND mode = 'online' "
+        "THEN ? ELSE 0 END, "
+        "duplicates = duplicates + ?, corrupt = corrupt + ?, rejected = rejected + ?, "
+        "updated_at = ?, last_seen = ? WHERE local_id = ?",
+        (
+            json.dumps(summary.to_state()),
+            added,
+            added,
+            len(batch.episodes) - added - refused,
+            len(batch.corrupt) + len(batch.corrupt_metrics),
+            refused,
+            now,
+            now,
+            local_id,
+        ),
+    )
+
+
+def record_end(db: sqlite3.Connection, local_id: str, end: RunEnd, now: float) -> None:
+    """The run's end, unless one is recorded already (the first wins)."""
+    db.execute(
+        "UPDATE runs SET end_status = ?, end_error = ?, end_expected = ?, "
+        "unencodable = ?, ended_at = ?, end_summary = ? "
+        "WHERE local_id = ? AND end_status IS NULL",
+        (
+            end.status,
+            end.error,
+            end.episodes_recorded,
+            end.episodes_unencodable,
+            now,
+            None if end.summary is None else json.dumps(end.summary),
+            local_id,
+        ),
+    )
+
+
+def claim_owner(db: sqlite3.Connection, run_id: str, producer: str | None) -> None:
+    """Make ``producer`` the run's owner unless it has one."""
+    db.execute(
+        "UPDATE runs SET owner_id = ? WHERE local_id = ? AND owner_id IS NULL",
+        (producer or "", run_id),
+    )
+
+
+def owned_by(db: sqlite3.Connection, run_id: str, producer: str | None) -> bool:
+    """Whether ``producer`` owns the run, claiming it when nobody does yet
+    (an end that arrives before its run's start, or a run without one)."""
+    claim_owner(db, run_id, producer)
+    (owner,) = db.execute("SELECT owner_id FROM runs WHERE local_id = ?", (run_id,)).fetchone()
+    return bool(owner == (producer or ""))
 
 
 class _RunRows(SpoolPart):
