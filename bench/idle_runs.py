@@ -39,7 +39,7 @@ def fill(spool_dir: Path, runs: int) -> None:
                 )
                 for n in range(first, min(first + 1000, runs))
             ]
-            spool.ingest(batches, mode="local", register_producer=False)
+            spool.intake.ingest(batches, mode="local", register_producer=False)
     finally:
         spool.close()
 

@@ -40,7 +40,7 @@ def filled(path: Path, episodes: int, *, older_release: bool) -> Spool:
         identity = RunIdentity(local_id=run_id, environments=("env",))
         for start in range(0, len(arrivals), 500):
             batch = RunBatch(identity=identity, episodes=arrivals[start : start + 500])
-            spool.ingest([batch], mode="local")
+            spool.intake.ingest([batch], mode="local")
     spool.close()
     if older_release:
         with sqlite3.connect(path) as db:
@@ -61,17 +61,17 @@ def main() -> None:
             spool = filled(path, args.episodes, older_release=older)
             before = on_disk(path)
             started = time.perf_counter()
-            spool.delete_run("removed")
-            spool.give_back_space()
+            spool.housekeeping.delete_run("removed")
+            spool.housekeeping.give_back_space()
             took = time.perf_counter() - started
             kind = "earlier release" if older else "this release"
             print(
                 f"{kind}: {before:.0f} MiB; rm of one run {took:.2f} s -> {on_disk(path):.0f} MiB "
-                f"on disk, {spool.free_bytes() / MiB:.0f} MiB free pages"
+                f"on disk, {spool.housekeeping.free_bytes() / MiB:.0f} MiB free pages"
             )
             if older:
                 started = time.perf_counter()
-                spool.compact()
+                spool.housekeeping.compact()
                 took = time.perf_counter() - started
                 print(f"  compact {took:.2f} s -> {on_disk(path):.0f} MiB on disk")
             spool.close()

@@ -3,7 +3,7 @@ take on a run that large (each must answer in under a second).
 
 Builds a spool with one eval run of ``--episodes`` episodes, a second eval
 run over the same examples (for the compare page) and a training run with a
-metrics row per step, through the spool's own ingest path (``Spool.ingest``,
+metrics row per step, through the spool's own ingest path (``spool.intake.ingest``,
 what ``export()`` commits with, so every view the pages read is kept as in
 a real run), from a pool of synthetic records given fresh ids and examples.
 The spool is kept in ``--spool-dir`` and reused when it already holds the
@@ -72,7 +72,7 @@ def build_run(
 ) -> float:
     started = time.perf_counter()
     per_step = max(1, count // steps) if steps else 0
-    spool.ingest([RunBatch(identity, start=RunStart({"bench": True}))], mode="local")
+    spool.intake.ingest([RunBatch(identity, start=RunStart({"bench": True}))], mode="local")
     for first in range(0, count, BATCH):
         arrivals = []
         metrics = []
@@ -90,11 +90,11 @@ def build_run(
                         )
                     )
             arrivals.append(EpisodeArrival.of(record, orjson.dumps(record), step))
-        spool.ingest([RunBatch(identity, episodes=arrivals, metrics=metrics)], mode="local")
+        spool.intake.ingest([RunBatch(identity, episodes=arrivals, metrics=metrics)], mode="local")
         done = min(count, first + BATCH)
         if done % 100_000 < BATCH:
             print(f"  {identity.local_id}: {done} episodes", file=sys.stderr, flush=True)
-    spool.ingest([RunBatch(identity, end=RunEnd("completed", None, count))], mode="local")
+    spool.intake.ingest([RunBatch(identity, end=RunEnd("completed", None, count))], mode="local")
     return time.perf_counter() - started
 
 
@@ -123,11 +123,11 @@ def build(spool_dir: str, episodes: int, other: int, train: int) -> Spool:
             {"steps": 2000},
         ),
     ):
-        row = spool.run(identity.local_id)
+        row = spool.reading.run(identity.local_id)
         if row is not None and row.episodes >= count:
             continue
         if row is not None:
-            spool.delete_run(identity.local_id)
+            spool.housekeeping.delete_run(identity.local_id)
         took = build_run(spool, identity, count, pool, **extra)
         print(f"build_{identity.local_id} {count / took:.0f} episodes/s")
     spool.checkpoint()
@@ -158,14 +158,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         spool_dir = args.spool_dir or scratch
         spool = build(spool_dir, args.episodes, args.other, args.train)
-        print(f"spool_size {spool.size_bytes() / 2**30:.2f} GiB")
+        print(f"spool_size {spool.housekeeping.size_bytes() / 2**30:.2f} GiB")
         measure(spool_dir, spool, args.rounds, pages_only=args.pages_only)
 
 
 def measure(spool_dir: str, spool: Spool, rounds: int, *, pages_only: bool = False) -> None:
     from prime_runs_otel.view.server import ViewerServer
 
-    first = spool.episode_rows(EVAL_RUN, EpisodeFilter(), limit=1)[0]
+    first = spool.reading.episode_rows(EVAL_RUN, EpisodeFilter(), limit=1)[0]
     pages = {
         "page_runs": "/",
         "page_run": f"/runs/{EVAL_RUN}",
@@ -211,7 +211,7 @@ def measure(spool_dir: str, spool: Spool, rounds: int, *, pages_only: bool = Fal
     # What `show` does once the interpreter and the command line are loaded.
     from prime_runs_otel.cli.store.show import print_show
 
-    seconds = timed(rounds, lambda: print_show(spool, spool.run(EVAL_RUN), io.StringIO()))
+    seconds = timed(rounds, lambda: print_show(spool, spool.reading.run(EVAL_RUN), io.StringIO()))
     print(f"show_in_process {seconds * 1000:.0f} ms")
     env = {**os.environ, "PRIME_RUNS_OTEL_DIR": spool_dir}
     for name, extra in (("show", []), ("show_json", ["--json"])):

@@ -238,7 +238,7 @@ def test_the_prime_rl_quickstart_runs_as_written(tmp_path: Path, platform: FakeP
         assert "Traceback" not in done.stderr, line
         if command[1] == "run":
             assert len(platform.runs()) == 1  # kept locally: no key
-            [stored] = Spool(resolve_settings().spool_path, max_bytes=10**9).runs()
+            [stored] = Spool(resolve_settings().spool_path, max_bytes=10**9).reading.runs()
             run_id = stored.local_id
         if command[1:3] == ["export", run_id]:
             rows = [json.loads(row) for row in done.stdout.splitlines()]

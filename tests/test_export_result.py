@@ -41,10 +41,10 @@ def test_success_means_every_episode_is_kept_and_failure_that_one_is_not(
     try:
         assert exporter.export(spans[:3]) is SpanExportResult.SUCCESS  # start + 2 episodes
         spool = exporter.spool
-        spool.max_bytes = spool.used_bytes() + 1  # full: no room for another episode
+        spool.max_bytes = spool.housekeeping.used_bytes() + 1  # full: no room for another episode
 
         assert exporter.export(spans[3:]) is SpanExportResult.FAILURE
-        run = spool.run(local_id)
+        run = spool.reading.run(local_id)
         assert run is not None
         assert (run.episodes, run.rejected) == (2, 4)
 

@@ -47,9 +47,9 @@ def test_shutdown_with_the_platform_down_keeps_to_the_budget_it_is_given(
     stopping.join(20)  # a guard against a hang, far below the exporter's own 30 s
     assert not stopping.is_alive()
 
-    run = exporter.spool.run("budgeted")
+    run = exporter.spool.reading.run("budgeted")
     assert run is not None and not run.closed and run.episodes == 3
-    assert exporter.spool.pending_count("budgeted") == 3
+    assert exporter.spool.reading.pending_count("budgeted") == 3
     told = [
         r.getMessage() for r in caplog.records if "not closed on the platform" in r.getMessage()
     ]

@@ -145,10 +145,10 @@ def test_a_full_disk_drops_kept_bodies_of_delivered_episodes_first(
     run.finish()
     assert main(["push", run.id]) == 0, capsys.readouterr()
     spool = Spool(resolve_settings().spool_path, max_bytes=SPOOL_CAP)
-    kept = len(list(spool.iter_episodes(run.id)))
+    kept = len(list(spool.reading.iter_episodes(run.id)))
     assert kept == 40
 
     _fill(small_disk)
-    spool.keep_room()
+    spool.housekeeping.keep_room()
 
-    assert len(list(spool.iter_episodes(run.id))) < kept
+    assert len(list(spool.reading.iter_episodes(run.id))) < kept

@@ -352,11 +352,11 @@ def test_an_item_the_spool_cannot_store_is_refused_alone_and_never_retried(
     assert intake.delivery.uncommitted == []
     assert intake.commit_problem is None
     assert "refused episode bad" in caplog.text
-    stored = {row.episode_id for row in intake.spool.iter_episodes("poisoned-run")}
+    stored = {row.episode_id for row in intake.spool.reading.iter_episodes("poisoned-run")}
     assert stored == {"ok-1"}
 
     intake.delivery.commit([RunBatch(identity, episodes=[_arrival("ok-2")])])
-    stored = {row.episode_id for row in intake.spool.iter_episodes("poisoned-run")}
+    stored = {row.episode_id for row in intake.spool.reading.iter_episodes("poisoned-run")}
     assert stored == {"ok-1", "ok-2"}
 
 
@@ -370,7 +370,7 @@ def _store_unchecked(spool: Spool, run_id: str, episode_id: str, raw: bytes) -> 
     record["id"] = episode_id
     arrival = EpisodeArrival(episode_id, raw, digest_episode(record))
     identity = RunIdentity(run_id, environments=("gsm8k",), name=run_id)
-    spool.ingest([RunBatch(identity, episodes=[arrival])], mode="online")
+    spool.intake.ingest([RunBatch(identity, episodes=[arrival])], mode="online")
 
 
 def test_a_stored_record_that_cannot_be_sent_fails_alone(
@@ -393,8 +393,8 @@ def test_a_stored_record_that_cannot_be_sent_fails_alone(
         uploader.deliver_once()
     uploader.stop()
 
-    assert spool.run("a-deep").failed == 1  # type: ignore[union-attr]
-    assert spool.run("b-damaged").failed == 1  # type: ignore[union-attr]
+    assert spool.reading.run("a-deep").failed == 1  # type: ignore[union-attr]
+    assert spool.reading.run("b-damaged").failed == 1  # type: ignore[union-attr]
     (platform_run,) = [run for run in online.runs() if run.name == "c-honest"]
     assert [episode["id"] for episode in online.episodes(platform_run.id)] == [honest["id"]]
     assert "cannot be sent as stored" in caplog.text
@@ -406,7 +406,7 @@ def test_a_stored_record_that_cannot_be_sent_fails_alone(
 def test_spool_files_are_private(tmp_path: Path) -> None:
     folder = tmp_path / "store"
     spool = Spool(folder / "spool.sqlite3", max_bytes=10**9)
-    spool.ingest([RunBatch(RunIdentity("r"), episodes=[_arrival("e")])], mode="local")
+    spool.intake.ingest([RunBatch(RunIdentity("r"), episodes=[_arrival("e")])], mode="local")
     for name in ("spool.sqlite3", "spool.sqlite3-wal", "spool.sqlite3-shm"):
         path = folder / name
         if path.exists():
@@ -461,7 +461,9 @@ def test_a_spool_another_process_is_creating_is_not_said_to_be_empty(
 def _damaged_spool(tmp_path: Path) -> Path:
     path = tmp_path / "spool.sqlite3"
     spool = Spool(path, max_bytes=10**9)
-    spool.ingest([RunBatch(RunIdentity("damaged-run"), episodes=[_arrival("e")])], mode="local")
+    spool.intake.ingest(
+        [RunBatch(RunIdentity("damaged-run"), episodes=[_arrival("e")])], mode="local"
+    )
     spool.checkpoint()
     spool.close()
     data = bytearray(path.read_bytes())
@@ -476,7 +478,7 @@ def _damaged_spool(tmp_path: Path) -> Path:
 def test_a_damaged_spool_is_a_spool_error_naming_the_file(tmp_path: Path) -> None:
     path = _damaged_spool(tmp_path)
     with pytest.raises(SpoolError) as caught:
-        Spool(path, max_bytes=10**9).runs()
+        Spool(path, max_bytes=10**9).reading.runs()
     message = str(caught.value)
     assert str(path) in message and "damaged" in message and "move it aside" in message
 
@@ -498,11 +500,11 @@ def test_the_cli_says_the_spool_is_damaged_without_a_traceback(tmp_path: Path) -
 
 def test_run_lookup_takes_percent_and_underscore_literally(tmp_path: Path) -> None:
     spool = Spool(tmp_path / "spool.sqlite3", max_bytes=10**9)
-    spool.ingest([RunBatch(RunIdentity("abc"))], mode="local")
-    assert spool.find_run("ab") is not None
-    assert spool.find_run("_") is None
-    assert spool.find_run("%") is None
-    assert spool.find_run("a%") is None
+    spool.intake.ingest([RunBatch(RunIdentity("abc"))], mode="local")
+    assert spool.reading.find_run("ab") is not None
+    assert spool.reading.find_run("_") is None
+    assert spool.reading.find_run("%") is None
+    assert spool.reading.find_run("a%") is None
 
 
 def test_doctor_hides_credentials_in_urls() -> None:
@@ -514,7 +516,7 @@ def test_doctor_hides_credentials_in_urls() -> None:
 def test_doctor_finds_records_damaged_on_disk(tmp_path: Path) -> None:
     path = tmp_path / "spool.sqlite3"
     spool = Spool(path, max_bytes=10**9)
-    spool.ingest([RunBatch(RunIdentity("r"), episodes=[_arrival("e")])], mode="local")
+    spool.intake.ingest([RunBatch(RunIdentity("r"), episodes=[_arrival("e")])], mode="local")
     with sqlite3.connect(path) as db:
         db.execute("UPDATE records SET body = X'7b22ff'")
     assert doctor._damaged_records(path) == 1
@@ -539,7 +541,7 @@ def store_with_hostile_run(tmp_path: Path) -> Iterator[Path]:
     folder = tmp_path / "store"
     spool = Spool(folder / "spool.sqlite3", max_bytes=10**9)
     name = "evil\n\x1b]0;owned\x07\x1b[2J"
-    spool.ingest([RunBatch(RunIdentity("run\x1b[31m\nforged", name=name))], mode="local")
+    spool.intake.ingest([RunBatch(RunIdentity("run\x1b[31m\nforged", name=name))], mode="local")
     spool.close()
     yield folder
 
@@ -578,7 +580,7 @@ def test_every_json_output_escapes_what_a_terminal_acts_on(
 ) -> None:
     folder = tmp_path / "store"
     spool = Spool(folder / "spool.sqlite3", max_bytes=10**9)
-    spool.ingest([RunBatch(RunIdentity("json-run", name=_RAW_FOR_JSON))], mode="local")
+    spool.intake.ingest([RunBatch(RunIdentity("json-run", name=_RAW_FOR_JSON))], mode="local")
     spool.close()
     env = {**os.environ, "PRIME_RUNS_OTEL_DIR": str(folder), "PRIME_RUNS_MODE": "local"}
     done = subprocess.run(

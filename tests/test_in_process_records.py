@@ -168,7 +168,7 @@ def test_a_span_whose_record_went_around_it_is_a_loss_with_its_reason(
     exporter = PrimeRunsSpanExporter(deliver=False, shutdown_timeout=0.0)
     with caplog.at_level(logging.WARNING):
         exporter.export([span])
-    run = exporter.spool.run("handed-elsewhere")
+    run = exporter.spool.reading.run("handed-elsewhere")
     assert run is not None and (run.episodes, run.corrupt) == (0, 1)
     exporter.shutdown()
 

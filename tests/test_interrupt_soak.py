@@ -221,12 +221,12 @@ def _check(outcome: Outcome) -> list[str]:
     settings = resolve_settings(spool_dir=outcome.folder / "spool")
     spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
     try:
-        runs = spool.runs()
+        runs = spool.reading.runs()
         if len(runs) != 1:
             return [f"{len(runs)} runs in the store"]
         [run] = runs
         view = run_view(spool, run)
-        stored = [row.episode_id for row in spool.iter_episodes(run.local_id)]
+        stored = [row.episode_id for row in spool.reading.iter_episodes(run.local_id)]
     finally:
         spool.close()
     problems = []

@@ -129,7 +129,7 @@ def _stored_ids(run_id: str) -> list[str]:
     """The run's episode ids as the spool holds them, in its order."""
     spool = _spool()
     try:
-        return [row.episode_id for row in spool.iter_episodes(run_id)]
+        return [row.episode_id for row in spool.reading.iter_episodes(run_id)]
     finally:
         spool.close()
 
@@ -137,7 +137,7 @@ def _stored_ids(run_id: str) -> list[str]:
 def _run_row(run_id: str) -> Any:
     spool = _spool()
     try:
-        return spool.run(run_id)
+        return spool.reading.run(run_id)
     finally:
         spool.close()
 
@@ -213,7 +213,7 @@ HELD_HANDOFF = textwrap.dedent(
     import json, os, signal, sys, threading, time
     from opentelemetry.sdk.trace import SpanProcessor
     import prime_runs_otel as pro
-    import prime_runs_otel.run as run_module
+    import prime_runs_otel.run.ending as run_module
     from prime_runs_otel.produce.synthetic import synthetic_episodes
 
     second, drain_wait = sys.argv[1] == "second", float(sys.argv[2])

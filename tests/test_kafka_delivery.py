@@ -68,7 +68,7 @@ def test_intents_of_several_runs_wait_together_and_every_run_is_delivered_once(
     ownership = FleetOwnership()
     spool = FleetSpool(online.spool_path, ownership, max_bytes=online.spool_max_bytes)
     for local_id in runs:
-        spool.set_mode(local_id, "online")
+        spool.delivery.set_mode(local_id, "online")
         ownership.bind(local_id, 0)
     ownership.ready(0)
     uploader = Uploader(spool, online, poll_interval=0.01, owner=ownership)
@@ -107,5 +107,5 @@ def test_intents_of_several_runs_wait_together_and_every_run_is_delivered_once(
 
 
 def _closed(spool: FleetSpool, local_id: str) -> bool:
-    run = spool.run(local_id)
+    run = spool.reading.run(local_id)
     return run is not None and run.closed

@@ -111,7 +111,9 @@ def test_the_end_before_the_last_episodes_waits_for_them_across_a_restart(
     spool = spool_of(serve)
     try:
         # The spool marks the run closed once the platform's finalize answered.
-        row = wait_for(lambda: (r := spool.runs()[0]).closed and r, 30, "the close in the spool")
+        row = wait_for(
+            lambda: (r := spool.reading.runs()[0]).closed and r, 30, "the close in the spool"
+        )
         view = run_view(spool, row)
     finally:
         spool.close()
@@ -140,7 +142,9 @@ def test_an_episode_after_the_close_is_delivered_late(
     spool = spool_of(serve)
     try:
         view = wait_for(
-            lambda: (v := run_view(spool, spool.runs()[0]))["pending"] == 0 and v, 30, "pending 0"
+            lambda: (v := run_view(spool, spool.reading.runs()[0]))["pending"] == 0 and v,
+            30,
+            "pending 0",
         )
     finally:
         spool.close()
@@ -161,7 +165,7 @@ def test_a_late_episode_the_platform_refuses_is_counted_late_and_undelivered(
     send(serve, run_spans(records[5:], run_id="late-refused", start=False, end=False))
     spool = spool_of(serve)
     try:
-        row = wait_for(lambda: (r := spool.runs()[0]).late_refused and r, 30, "the refusal")
+        row = wait_for(lambda: (r := spool.reading.runs()[0]).late_refused and r, 30, "the refusal")
         view = run_view(spool, row)
     finally:
         spool.close()
@@ -180,20 +184,24 @@ def test_a_closed_run_with_a_late_episode_pending_is_not_called_delivered(
     spool = Spool(tmp_path / "spool.sqlite3", max_bytes=DEFAULT_SPOOL_MAX_BYTES)
     try:
         identity = RunIdentity(local_id="closed-with-pending", environments=(ENVIRONMENT,))
-        spool.ingest([RunBatch(identity=identity, end=RunEnd("completed", None, 0))], mode="online")
+        spool.intake.ingest(
+            [RunBatch(identity=identity, end=RunEnd("completed", None, 0))], mode="online"
+        )
         closing = arrival == "during the close"
         state = "finalizing" if closing else "closed"
-        spool.update_run(identity.local_id, close_state=state, platform_id="p-1")
+        spool.delivery.update_run(identity.local_id, close_state=state, platform_id="p-1")
         [record] = episodes(1, seed=64)
         late = EpisodeArrival.of(record, json.dumps(record).encode())
-        spool.ingest([RunBatch(identity=identity, episodes=[late])], mode="online")
+        spool.intake.ingest([RunBatch(identity=identity, episodes=[late])], mode="online")
         if closing:
-            spool.mark_closed(identity.local_id)
+            spool.delivery.mark_closed(identity.local_id)
 
-        [row] = spool.runs()
+        [row] = spool.reading.runs()
         view = run_view(spool, row)
         # Nothing delivers from this spool: the run waits for `push`, not delivered.
         assert (view["state"], view["pending"], view["late"]) == ("paused", 1, 1)
-        assert [run.local_id for run in spool.runs_to_deliver_or_close()] == [identity.local_id]
+        assert [run.local_id for run in spool.delivery.runs_to_deliver_or_close()] == [
+            identity.local_id
+        ]
     finally:
         spool.close()

@@ -54,7 +54,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     ),
     "run": frozenset({"collector", "view", "instrumentation", "cli", "testing"}),
     # Instrumentations of other SDKs wire a whole run (start_run, the
-    # exporter, the spool) behind somebody else's API: above run.py.
+    # exporter, the spool) behind somebody else's API: above run/.
     "instrumentation": frozenset({"collector", "view", "cli", "testing"}),
     # The fakes stand in for the platform and a model server: they share no
     # code with the client they are there to test.

@@ -63,9 +63,9 @@ def _poison(path: Path) -> None:
 
 
 def _what_the_spool_holds(spool: Spool) -> tuple[set[str], int, int, int]:
-    run = spool.run(RUN)
+    run = spool.reading.run(RUN)
     assert run is not None
-    stored = {row.episode_id for row in spool.iter_episodes(RUN)}
+    stored = {row.episode_id for row in spool.reading.iter_episodes(RUN)}
     return stored, run.episodes, run.corrupt, run.rejected
 
 
@@ -104,7 +104,7 @@ def test_a_batch_refused_at_the_cap_costs_what_its_sender_can_bear(tmp_path: Pat
     for place in ("in-process", "serve"):
         settings = resolve_settings(spool_dir=str(tmp_path / place), mode="local")
         probe = Spool(settings.spool_path, max_bytes=10**9)
-        caps.append((settings, probe.used_bytes() + 1))
+        caps.append((settings, probe.housekeeping.used_bytes() + 1))
         probe.close()
 
     settings, cap = caps[0]
@@ -116,7 +116,7 @@ def test_a_batch_refused_at_the_cap_costs_what_its_sender_can_bear(tmp_path: Pat
         shutdown_timeout=0.0,
     )
     assert exporter.export(spans) is SpanExportResult.FAILURE
-    run = exporter.spool.run(RUN)
+    run = exporter.spool.reading.run(RUN)
     assert run is not None and run.episodes + run.rejected == 3 and run.rejected >= 1
     exporter.shutdown()
 
@@ -124,5 +124,5 @@ def test_a_batch_refused_at_the_cap_costs_what_its_sender_can_bear(tmp_path: Pat
     intake = SpanIntake(Spool(settings.spool_path, max_bytes=cap), settings, None)
     verdict = intake.accept(encode_spans(spans))
     assert verdict.outcome == "full" and verdict.retry_after
-    run = intake.spool.run(RUN)
+    run = intake.spool.reading.run(RUN)
     assert run is None or (run.episodes, run.rejected) == (0, 0)

@@ -178,7 +178,7 @@ def run_keys(serve: ServeProcess) -> set[str]:
     """The runs one serve instance holds in its spool."""
     spool = Spool(serve.root / "serve-spool" / "spool.sqlite3", max_bytes=DEFAULT_SPOOL_MAX_BYTES)
     try:
-        return {run.local_id for run in spool.runs()}
+        return {run.local_id for run in spool.reading.runs()}
     finally:
         spool.close()
 

@@ -62,7 +62,7 @@ def test_permanent_refusal_ends_the_wait_with_the_next_step(
     run.tracer_provider.force_flush()
     spool = Spool(run.settings.spool_path, max_bytes=run.settings.spool_max_bytes)
     # The refusal lands before the run ends: the case that used to wait it all out.
-    _wait_for(lambda: (row := spool.run(run.id)) is not None and row.stopped, "the refusal")
+    _wait_for(lambda: (row := spool.reading.run(run.id)) is not None and row.stopped, "the refusal")
 
     result = _finish_in_thread(run)
 

@@ -297,13 +297,13 @@ def _wait_for_the_spool(rows: int, episodes: int) -> None:
     spool = Spool(resolve_settings().spool_path, max_bytes=10**9)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        runs = spool.runs()
+        runs = spool.reading.runs()
         if runs:
             local_id = runs[0].local_id
             if (
-                sum(spool.metrics_counts(local_id).values()) >= rows
+                sum(spool.steps.metrics_counts(local_id).values()) >= rows
                 and runs[0].episodes >= episodes
-                and spool.step_upload_count(local_id, 0) >= 1
+                and spool.steps.step_upload_count(local_id, 0) >= 1
             ):
                 return
         time.sleep(0.05)
@@ -433,7 +433,10 @@ def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
         timeout=PROCESS_TIMEOUT,
     )
     assert alone.returncode == 0, alone.stderr
-    assert Spool(resolve_settings().spool_path, max_bytes=10**9).run("prime-rl-launch-2") is None
+    assert (
+        Spool(resolve_settings().spool_path, max_bytes=10**9).reading.run("prime-rl-launch-2")
+        is None
+    )
 
 
 def _orchestrator_rows(steps: int) -> list[dict[str, Any]]:

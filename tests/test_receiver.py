@@ -585,7 +585,7 @@ def test_a_full_spool_answers_retry_later_and_commits_nothing(
     # Refused before the commit: the run is not even in the spool, so nothing
     # is counted lost while the collector retries.
     spool = Spool(tmp_path / "serve-spool" / "spool.sqlite3", max_bytes=1)
-    assert spool.run("full") is None
+    assert spool.reading.run("full") is None
 
 
 def test_sigterm_finishes_the_request_in_flight(

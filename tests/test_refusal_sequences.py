@@ -59,7 +59,7 @@ def _deliver(spool: Spool, uploader: Uploader, local_id: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         uploader.deliver_once(only=[local_id])
-        run = spool.run(local_id)
+        run = spool.reading.run(local_id)
         assert run is not None
         if run.settled:
             return
@@ -85,7 +85,7 @@ def test_any_sequence_of_answers_loses_nothing_and_fails_only_what_it_is_about(
             resolve_settings(spool_dir=spool_dir, mode="online"), retry_max_delay=0.02
         )
         spool = Spool(online.spool_path, max_bytes=online.spool_max_bytes)
-        spool.set_mode(local_id, "online")
+        spool.delivery.set_mode(local_id, "online")
         for answer in answers:
             if answer == "ambiguous":
                 fake.ambiguous_next(1, method="POST", path=TRACES_UPLOAD)
@@ -94,21 +94,21 @@ def test_any_sequence_of_answers_loses_nothing_and_fails_only_what_it_is_about(
         uploader = Uploader(spool, online, poll_interval=0.01)
         try:
             _deliver(spool, uploader, local_id)
-            run = spool.run(local_id)
+            run = spool.reading.run(local_id)
             assert run is not None and run.platform_id is not None
-            pending = spool.pending_count(local_id)
+            pending = spool.reading.pending_count(local_id)
             for _ in range(len(answers)):
                 if not run.stopped:
                     break
                 # Stopped on a set-up answer: kept, and the run left open.
                 assert fake.run(run.platform_id).status == "RUNNING"
                 assert pending > 0
-                spool.reopen_failed(local_id)  # what `push` does
+                spool.delivery.reopen_failed(local_id)  # what `push` does
                 _deliver(spool, uploader, local_id)
-                run = spool.run(local_id)
+                run = spool.reading.run(local_id)
                 assert run is not None and run.platform_id is not None
-                pending = spool.pending_count(local_id)
-            assert run.closed and spool.pending_count(local_id) == 0
+                pending = spool.reading.pending_count(local_id)
+            assert run.closed and spool.reading.pending_count(local_id) == 0
             assert fake.run(run.platform_id).status == "COMPLETED"
             deliveries = fake.episode_deliveries(run.platform_id)
             assert set(deliveries.values()) <= {1}, "no episode stored twice"

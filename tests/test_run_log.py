@@ -14,7 +14,7 @@ import pytest
 
 from prime_runs_otel.collector.run_log import RunWatcher
 from prime_runs_otel.config import DEFAULT_SPOOL_MAX_BYTES, resolve_settings
-from prime_runs_otel.deliver.spool import Spool
+from prime_runs_otel.deliver.spool import Spool, SpoolReading
 from prime_runs_otel.read.records import RunBatch, RunEnd, RunIdentity
 
 
@@ -32,7 +32,7 @@ def _open_runs(spool: Spool, count: int) -> None:
     batches = [
         RunBatch(identity=RunIdentity(local_id=f"run-{n}", name=f"n{n}")) for n in range(count)
     ]
-    spool.ingest(batches, mode="local", register_producer=False)
+    spool.intake.ingest(batches, mode="local", register_producer=False)
 
 
 def _age_every_run(spool: Spool, seconds: float) -> None:
@@ -52,14 +52,14 @@ def test_runs_opening_and_closing_are_logged_once(
     watcher = _watcher(tmp_path)
     watcher.poll(quiet=True)
     caplog.set_level(logging.INFO, logger="prime_runs_otel.collector.run_log")
-    spool.ingest(
+    spool.intake.ingest(
         [RunBatch(identity=RunIdentity(local_id="late", name="late one"))],
         mode="local",
         register_producer=False,
     )
     end = RunEnd(status="completed", error=None, episodes_recorded=0)
-    spool.ingest([RunBatch(RunIdentity(local_id="run-1"), end=end)], mode="local")
-    spool.update_run("run-1", close_state="closed")
+    spool.intake.ingest([RunBatch(RunIdentity(local_id="run-1"), end=end)], mode="local")
+    spool.delivery.update_run("run-1", close_state="closed")
     watcher.poll()
     watcher.poll()
     messages = sorted(record.getMessage() for record in caplog.records)
@@ -78,16 +78,16 @@ def test_a_look_at_an_unchanged_spool_reads_no_run(
     watcher = _watcher(tmp_path)
     watcher.poll(quiet=True)
     read: list[str] = []
-    original = Spool._run_from_row
+    original = SpoolReading._run_from_row
 
-    def counted(self: Spool, row: tuple[Any, ...]) -> Any:
+    def counted(self: SpoolReading, row: tuple[Any, ...]) -> Any:
         read.append(row[0])
         return original(self, row)
 
-    monkeypatch.setattr(Spool, "_run_from_row", counted)
+    monkeypatch.setattr(SpoolReading, "_run_from_row", counted)
     watcher.poll()
     assert read == []
-    spool.update_run("run-7", close_state="closed")
+    spool.delivery.update_run("run-7", close_state="closed")
     watcher.poll()
     assert read == ["run-7"]
     watcher.stop()

@@ -141,13 +141,13 @@ def _end(producer: str | None, status: str = "completed") -> RunEnd:
 
 
 def _ingest(spool: Spool, *batches: RunBatch, check: bool = True) -> tuple[tuple[str, str], ...]:
-    return spool.ingest(
+    return spool.intake.ingest(
         batches, mode="local", register_producer=False, check_owner=check
     ).foreign_ends
 
 
 def _end_status(spool: Spool, key: str) -> str | None:
-    (row,) = [run for run in spool.runs() if run.local_id == key]
+    (row,) = [run for run in spool.reading.runs() if run.local_id == key]
     return row.end_status
 
 

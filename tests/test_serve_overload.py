@@ -100,7 +100,7 @@ def _episodes_in_spool(serve: ServeProcess) -> dict[str, int]:
         return {}
     spool = Spool(path, max_bytes=DEFAULT_SPOOL_MAX_BYTES)
     try:
-        return {run.local_id: run.episodes for run in spool.runs()}
+        return {run.local_id: run.episodes for run in spool.reading.runs()}
     finally:
         spool.close()
 

@@ -99,7 +99,7 @@ def test_a_request_past_the_cap_is_refused_whole_and_its_retry_stores_it_without
 
     spool = _spool(tmp_path)
     for index in range(REQUESTS):
-        run = spool.run(f"whole-{index}")
+        run = spool.reading.run(f"whole-{index}")
         assert run is not None, index
         assert (run.episodes, run.rejected) == (PER_REQUEST, 0), (index, run)
     spool.close()
@@ -121,9 +121,9 @@ def test_a_request_refused_at_the_cap_and_never_retried_is_not_counted_by_serve(
 
     spool = _spool(tmp_path)
     for index in range(refused_at):
-        run = spool.run(f"given-up-{index}")
+        run = spool.reading.run(f"given-up-{index}")
         assert run is not None and (run.episodes, run.rejected) == (PER_REQUEST, 0), run
-    refused = spool.run(f"given-up-{refused_at}")
+    refused = spool.reading.run(f"given-up-{refused_at}")
     assert refused is None or (refused.episodes, refused.rejected) == (0, 0), (
         "never acknowledged, the request is the sender's: serve neither stores part of it "
         "nor counts it lost",

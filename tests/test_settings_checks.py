@@ -158,6 +158,6 @@ def test_zero_code_without_a_run_id_keeps_every_episode(tmp_path: Path) -> None:
     assert summary and "unnamed-eval" in summary[0] and "7 episode(s)" in summary[0]
 
     spool_path = Path(os.environ["PRIME_RUNS_OTEL_DIR"]) / "spool.sqlite3"
-    [run] = Spool(spool_path, max_bytes=1 << 30).runs()
+    [run] = Spool(spool_path, max_bytes=1 << 30).reading.runs()
     assert (run.name, run.episodes, run.end_status) == ("unnamed-eval", 7, "completed")
     assert run.identity.environments == ("gsm8k",)

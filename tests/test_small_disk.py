@@ -87,7 +87,7 @@ def test_serve_on_a_small_disk_fills_it_and_uses_room_that_appears_without_a_res
         serve.stop()
         spool = Spool(disk / "spool" / "spool.sqlite3", max_bytes=10 * 1024**3)
         for index in range(BATCHES):
-            run = spool.run(f"small-{index}")
+            run = spool.reading.run(f"small-{index}")
             assert run is not None, index
             # The request refused midway was refused whole, so its retry is
             # no loss: nothing counted rejected.

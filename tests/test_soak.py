@@ -183,7 +183,7 @@ def _counters(serve: ServeProcess) -> dict[str, dict[str, int]]:
                 "uncertain": run.uncertain,
                 "unencodable": run.unencodable,
             }
-            for run in spool.runs()
+            for run in spool.reading.runs()
         }
     finally:
         spool.close()

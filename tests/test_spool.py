@@ -48,26 +48,28 @@ def spool(tmp_path: Path) -> Spool:
 
 def test_ingestion_is_idempotent_on_episode_id(spool: Spool) -> None:
     episodes = _arrivals(5)
-    first = spool.ingest([_batch(episodes)], mode="local")
-    again = spool.ingest([_batch([episodes[1], episodes[4], *_arrivals(1, seed=9)])], mode="local")
+    first = spool.intake.ingest([_batch(episodes)], mode="local")
+    again = spool.intake.ingest(
+        [_batch([episodes[1], episodes[4], *_arrivals(1, seed=9)])], mode="local"
+    )
 
     assert (first.stored, first.duplicates) == (5, 0)
     assert (again.stored, again.duplicates) == (1, 2)
-    run = spool.run("run-1")
+    run = spool.reading.run("run-1")
     assert run is not None and (run.episodes, run.duplicates) == (6, 2)
-    assert spool.pending_count("run-1") == 6
+    assert spool.reading.pending_count("run-1") == 6
 
 
 def test_size_cap_is_checked_per_episode_within_one_batch(tmp_path: Path) -> None:
     spool = Spool(tmp_path / "spool.sqlite3", max_bytes=BIG)
     episodes = _arrivals(40)
-    spool.max_bytes = spool.used_bytes() + sum(len(e.raw) for e in episodes[:10]) + 1
+    spool.max_bytes = spool.housekeeping.used_bytes() + sum(len(e.raw) for e in episodes[:10]) + 1
 
-    outcome = spool.ingest([_batch(episodes)], mode="local")
+    outcome = spool.intake.ingest([_batch(episodes)], mode="local")
 
     assert outcome.stored == 10
     assert outcome.stored + outcome.rejected == 40
-    run = spool.run("run-1")
+    run = spool.reading.run("run-1")
     assert run is not None and (run.episodes, run.rejected) == (outcome.stored, outcome.rejected)
 
 
@@ -76,7 +78,7 @@ def test_at_the_cap_a_duplicate_is_not_counted_as_lost_and_run_ends_still_land(
 ) -> None:
     episodes = _arrivals(3)
     spool = Spool(tmp_path / "spool.sqlite3", max_bytes=BIG)
-    spool.ingest([_batch(episodes)], mode="local")
+    spool.intake.ingest([_batch(episodes)], mode="local")
     full = Spool(spool.path, max_bytes=1)
     end = RunBatch(
         identity=RunIdentity(local_id="run-1"),
@@ -84,43 +86,43 @@ def test_at_the_cap_a_duplicate_is_not_counted_as_lost_and_run_ends_still_land(
         end=RunEnd("completed", None, 4),
     )
 
-    outcome = full.ingest([end], mode="local")
+    outcome = full.intake.ingest([end], mode="local")
 
     assert (outcome.stored, outcome.duplicates, outcome.rejected) == (0, 1, 1)
-    run = full.run("run-1")
+    run = full.reading.run("run-1")
     assert run is not None and run.end_status == "completed"
 
 
 def test_lease_one_holder_at_a_time(spool: Spool) -> None:
     first, second = lease_owner(), lease_owner()
 
-    assert spool.acquire_lease(first, ttl=30)
-    assert not spool.acquire_lease(second, ttl=30)
-    assert spool.acquire_lease(first, ttl=30), "the holder renews"
-    spool.release_lease(first)
-    assert spool.acquire_lease(second, ttl=30)
+    assert spool.delivery.acquire_lease(first, ttl=30)
+    assert not spool.delivery.acquire_lease(second, ttl=30)
+    assert spool.delivery.acquire_lease(first, ttl=30), "the holder renews"
+    spool.delivery.release_lease(first)
+    assert spool.delivery.acquire_lease(second, ttl=30)
 
 
 def test_lease_of_an_expired_holder_elsewhere_is_taken_over(spool: Spool) -> None:
     elsewhere = f"another-host:1:1:{uuid.uuid4().hex}"
-    assert spool.acquire_lease(elsewhere, ttl=0.0)
+    assert spool.delivery.acquire_lease(elsewhere, ttl=0.0)
 
-    assert spool.acquire_lease(lease_owner(), ttl=30)
+    assert spool.delivery.acquire_lease(lease_owner(), ttl=30)
 
 
 def test_lease_of_a_live_holder_elsewhere_is_kept(spool: Spool) -> None:
-    assert spool.acquire_lease(f"another-host:1:1:{uuid.uuid4().hex}", ttl=30)
+    assert spool.delivery.acquire_lease(f"another-host:1:1:{uuid.uuid4().hex}", ttl=30)
 
-    assert not spool.acquire_lease(lease_owner(), ttl=30)
+    assert not spool.delivery.acquire_lease(lease_owner(), ttl=30)
 
 
 def test_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(spool: Spool) -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait(timeout=30)
     dead = f"{socket.gethostname()}:{child.pid}:0:{uuid.uuid4().hex}"
-    assert spool.acquire_lease(dead, ttl=30)
+    assert spool.delivery.acquire_lease(dead, ttl=30)
 
-    assert spool.acquire_lease(lease_owner(), ttl=30)
+    assert spool.delivery.acquire_lease(lease_owner(), ttl=30)
 
 
 def test_a_zombie_producer_is_dead() -> None:
@@ -141,17 +143,17 @@ def test_a_local_run_taken_online_is_reopened(spool: Spool) -> None:
         episodes=_arrivals(2),
         end=RunEnd("completed", None, 2),
     )
-    spool.ingest([end], mode="local")
-    spool.update_run("run-1", close_state="closed")
+    spool.intake.ingest([end], mode="local")
+    spool.delivery.update_run("run-1", close_state="closed")
 
-    spool.set_mode("run-1", "online")
+    spool.delivery.set_mode("run-1", "online")
 
-    run = spool.run("run-1")
+    run = spool.reading.run("run-1")
     assert run is not None and (run.mode, run.close_state) == ("online", "open")
-    assert spool.pending_count("run-1") == 2
-    spool.update_run("run-1", close_state="closed")
-    spool.set_mode("run-1", "online")
-    closed = spool.run("run-1")
+    assert spool.reading.pending_count("run-1") == 2
+    spool.delivery.update_run("run-1", close_state="closed")
+    spool.delivery.set_mode("run-1", "online")
+    closed = spool.reading.run("run-1")
     assert closed is not None and closed.closed, "an online run stays as it is"
 
 
@@ -170,12 +172,12 @@ def _as_schema_1(path: Path) -> None:
 def test_a_schema_1_spool_is_migrated_on_open_and_loses_no_body(tmp_path: Path) -> None:
     path = tmp_path / "spool.sqlite3"
     episodes = _arrivals(4)
-    Spool(path, max_bytes=BIG).ingest([_batch(episodes)], mode="local")
+    Spool(path, max_bytes=BIG).intake.ingest([_batch(episodes)], mode="local")
     _as_schema_1(path)
 
     reopened = Spool(path, max_bytes=BIG)
 
-    bodies = [row.record for row in reopened.pending_episodes("run-1", max_bytes=BIG)]
+    bodies = [row.record for row in reopened.delivery.pending_episodes("run-1", max_bytes=BIG)]
     assert bodies == [episode.raw for episode in episodes]
     db = sqlite3.connect(path)
     try:
@@ -191,7 +193,7 @@ def test_a_schema_1_spool_is_migrated_on_open_and_loses_no_body(tmp_path: Path) 
 
 def test_a_spool_from_a_newer_release_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "spool.sqlite3"
-    Spool(path, max_bytes=BIG).ingest([_batch(_arrivals(2))], mode="local")
+    Spool(path, max_bytes=BIG).intake.ingest([_batch(_arrivals(2))], mode="local")
     db = sqlite3.connect(path)
     with db:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
@@ -222,10 +224,10 @@ def test_a_spool_without_the_later_columns_tables_and_triggers_is_upgraded_in_pl
     Opened, it gains them all, with the counts of what it holds."""
     path = tmp_path / "spool.sqlite3"
     spool = Spool(path, max_bytes=BIG)
-    spool.ingest([_batch(_arrivals(6), run="older")], mode="online")
-    delivered = [row.seq for row in spool.pending_episodes("older", max_bytes=BIG)][:2]
-    spool.begin_traces_upload("older", delivered, "up-older", b"...", encoding="gzip")
-    spool.commit_traces_upload("older", "up-older")
+    spool.intake.ingest([_batch(_arrivals(6), run="older")], mode="online")
+    delivered = [row.seq for row in spool.delivery.pending_episodes("older", max_bytes=BIG)][:2]
+    spool.delivery.begin_traces_upload("older", delivered, "up-older", b"...", encoding="gzip")
+    spool.delivery.commit_traces_upload("older", "up-older")
     spool.close()
     db = sqlite3.connect(path)
     with db:
@@ -244,16 +246,16 @@ def test_a_spool_without_the_later_columns_tables_and_triggers_is_upgraded_in_pl
 
     upgraded = Spool(path, max_bytes=BIG)
     try:
-        assert upgraded.counts().episodes == {"pending": 4, "delivered": 2}
+        assert upgraded.housekeeping.counts().episodes == {"pending": 4, "delivered": 2}
         identity = RunIdentity(local_id="older", environments=("env-a",))
         end = RunEnd("completed", None, 6, producer="someone-else")
-        outcome = upgraded.ingest(
+        outcome = upgraded.intake.ingest(
             [RunBatch(identity=identity, end=end)], mode="online", check_owner=True
         )
         assert outcome.foreign_ends == ()  # the first end claims a run nobody owned
-        upgraded.ingest([_batch(_arrivals(1, seed=5), run="older")], mode="online")
-        assert upgraded.counts().episodes == {"pending": 5, "delivered": 2}
-        run = upgraded.run("older")
+        upgraded.intake.ingest([_batch(_arrivals(1, seed=5), run="older")], mode="online")
+        assert upgraded.housekeeping.counts().episodes == {"pending": 5, "delivered": 2}
+        run = upgraded.reading.run("older")
         assert run is not None and (run.end_status, run.late, run.episodes) == ("completed", 0, 7)
     finally:
         upgraded.close()
@@ -279,14 +281,14 @@ def test_an_identical_metrics_row_changes_nothing_and_a_new_value_is_added(
     first = RunMetrics(3, {"loss": 1.0, "lr": 1e-06}, 5.0)
     with spool._transaction() as db:
         insert_metrics(db, "run", [first], 5.0)
-    [row] = spool.pending_metrics("run")
-    assert spool.end_metrics("run", row, "delivered")
+    [row] = spool.steps.pending_metrics("run")
+    assert spool.steps.end_metrics("run", row, "delivered")
     with spool._transaction() as db:
         insert_metrics(db, "run", [first], 6.0)
-    assert spool.metrics_counts("run") == {"delivered": 1}
+    assert spool.steps.metrics_counts("run") == {"delivered": 1}
     with spool._transaction() as db:
         insert_metrics(db, "run", [RunMetrics(3, {"eval/reward": 0.5}, 7.0)], 7.0)
-    [row] = spool.pending_metrics("run")
+    [row] = spool.steps.pending_metrics("run")
     assert json.loads(row.row) == {
         "loss": 1.0,
         "lr": 1e-06,
@@ -313,7 +315,7 @@ def test_rows_posted_as_logged_stay_rows_of_their_own_in_order(tmp_path: Path) -
     with spool._transaction() as db:
         insert_metrics(db, "run", [train, evaluation, later], 5.0)
         insert_metrics(db, "run", [evaluation, sdk], 6.0)  # a collector's retry, and the SDK's
-    rows = spool.pending_metrics("run")
+    rows = spool.steps.pending_metrics("run")
     assert [row.row for row in rows] == [
         '{"loss":0.5,"step":10}',
         '{"eval/r":0.75,"step":10.0}',
@@ -326,9 +328,9 @@ def test_rows_posted_as_logged_stay_rows_of_their_own_in_order(tmp_path: Path) -
         (11, True),
         (12, False),
     ]
-    assert spool.end_metrics("run", rows[1], "delivered")
-    assert [row.row for row in spool.pending_metrics("run")][:2] == [rows[0].row, rows[2].row]
-    assert [row.seq for row in spool.metrics_rows("run")] == [row.seq for row in rows]
+    assert spool.steps.end_metrics("run", rows[1], "delivered")
+    assert [row.row for row in spool.steps.pending_metrics("run")][:2] == [rows[0].row, rows[2].row]
+    assert [row.seq for row in spool.reading.metrics_rows("run")] == [row.seq for row in rows]
 
 
 def test_a_schema_2_metrics_table_is_rebuilt_with_its_rows(tmp_path: Path) -> None:
@@ -356,14 +358,17 @@ def test_a_schema_2_metrics_table_is_rebuilt_with_its_rows(tmp_path: Path) -> No
     db.close()
 
     reopened = Spool(path, max_bytes=BIG)
-    assert [(row.step, row.row) for row in reopened.metrics_rows("run")] == [
+    assert [(row.step, row.row) for row in reopened.reading.metrics_rows("run")] == [
         (1, '{"step": 1}'),
         (2, '{"step": 2}'),
     ]
-    assert reopened.metrics_counts("run") == {"pending": 1, "delivered": 1}
+    assert reopened.steps.metrics_counts("run") == {"pending": 1, "delivered": 1}
     with reopened._transaction() as db:
         insert_metrics(db, "run", [RunMetrics(2, {"step": 2.0}, 1.0, verbatim=True, key="k")], 2)
-    assert [row.row for row in reopened.pending_metrics("run")] == ['{"step": 2}', '{"step":2.0}']
+    assert [row.row for row in reopened.steps.pending_metrics("run")] == [
+        '{"step": 2}',
+        '{"step":2.0}',
+    ]
     db = sqlite3.connect(path)
     try:
         version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

@@ -123,7 +123,7 @@ def split(spans: Sequence[ReadableSpan]) -> tuple[Any, list[Any], list[Any], Any
 
 
 def stored(spool: Spool, run_id: str) -> list[dict[str, Any]]:
-    return [json.loads(row.record) for row in spool.iter_episodes(run_id)]
+    return [json.loads(row.record) for row in spool.reading.iter_episodes(run_id)]
 
 
 # -- waiting for the tree, in process --------------------------------------------------------
@@ -142,7 +142,7 @@ def test_children_in_later_requests_join_their_episode_and_the_end_waits(
     # Still settling: nothing synthesised yet, and the run's end is held back
     # so the run cannot be closed before its episode is in.
     assert stored(spool, "later") == []
-    run = spool.run("later")
+    run = spool.reading.run("later")
     assert run is not None and run.end_status is None
 
     clock.now += SETTLE
@@ -153,7 +153,7 @@ def test_children_in_later_requests_join_their_episode_and_the_end_waits(
     assert len(trace["calls"]) == 3
     assert [node["message"]["role"] for node in trace["nodes"]][:3] == ["user", "assistant", "user"]
     assert trace["rewards"] == {"reward": {"score": 1.0, "weight": 1.0}}
-    run = spool.run("later")
+    run = spool.reading.run("later")
     assert run is not None and run.end_status == "completed"
 
 
@@ -203,7 +203,7 @@ def test_an_episode_span_with_the_ids_of_another_runs_is_counted_lost(
     assert "counted as lost" in verdict.message
     assert "the trace and span ids of another run's episode span" in caplog.text
     assert len(stored(spool, "first")) == 1
-    run = spool.run("copycat")
+    run = spool.reading.run("copycat")
     assert run is not None and run.corrupt == 1 and stored(spool, "copycat") == []
 
 
@@ -221,7 +221,7 @@ def test_flush_releases_held_episodes_and_their_run_end(spool: Spool, clock: Clo
     assert len(records[0]["traces"][0]["calls"]) == 2
     # The second episode's calls never came: it goes out as what arrived.
     assert records[1]["traces"][0]["calls"] == []
-    run = spool.run("flushed")
+    run = spool.reading.run("flushed")
     assert run is not None and run.end_status == "completed"
 
 
@@ -254,7 +254,7 @@ def test_memory_bound_drops_the_oldest_trace_and_says_so(
     assert intake.trees.stats.incomplete_episodes == 2
     assert len(stored(spool, "roots-first")) == 3
     assert "2 episode(s) went out without all of their spans" in caplog.text
-    run = spool.run("roots-first")
+    run = spool.reading.run("roots-first")
     assert run is not None and run.end_status == "completed"
 
 
@@ -295,7 +295,7 @@ def test_a_full_spool_holds_episodes_back_instead_of_refusing_them(
     intake.release_settled()
     [record] = stored(spool, "full")
     assert len(record["traces"][0]["calls"]) == 2
-    run = spool.run("full")
+    run = spool.reading.run("full")
     assert run is not None and run.rejected == 0
 
 

@@ -73,6 +73,6 @@ def test_a_platform_that_never_answers_is_said_at_once_recorded_and_waited_for_b
     assert black_hole in result.error or "timed out" in result.error, result.error
     assert "kept locally" in result.describe() and "push" in result.describe()
     spool = Spool(resolve_settings().spool_path, max_bytes=1024**3)
-    row = spool.run(run.id)
+    row = spool.reading.run(run.id)
     assert row is not None and row.last_error is not None
     assert row.episodes == 5, "every episode is kept for push"

@@ -71,7 +71,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def _rewards(spool: Spool, run_id: str) -> list[float]:
     """Each stored episode's reward, read from its record."""
     found = []
-    for episode in spool.iter_episodes(run_id):
+    for episode in spool.reading.iter_episodes(run_id):
         record = loads(episode.record)
         traces = record["traces"]
         reward = float(TraceScores.of(traces[summary_trace_index(record)]).reward)
@@ -82,29 +82,29 @@ def _rewards(spool: Spool, run_id: str) -> list[float]:
 
 def test_the_views_hold_what_the_records_say(store: Store) -> None:
     spool, run_id = store.spool, store.eval_id
-    records = [loads(episode.record) for episode in spool.iter_episodes(run_id)]
+    records = [loads(episode.record) for episode in spool.reading.iter_episodes(run_id)]
     assert len(records) == EVAL_EPISODES
     rewards = _rewards(spool, run_id)
-    assert sum(count for _, count in spool.histogram(run_id, "reward")) == len(rewards)
+    assert sum(count for _, count in spool.reading.histogram(run_id, "reward")) == len(rewards)
     failed = [record for record in records if not record["ok"]]
     assert failed, "the synthetic run has failing episodes"
-    groups = spool.error_groups(run_id)
+    groups = spool.reading.error_groups(run_id)
     assert [(group.error_type, group.count) for group in groups] == [
         ("ProviderTimeout", len(failed))
     ]
     assert groups[0].example_id in {record["id"] for record in failed}
     assert groups[0].example_message and "no response within" in groups[0].example_message
-    (points,) = [spool.series(run_id, axis) for axis in (8192,)]
+    (points,) = [spool.reading.series(run_id, axis) for axis in (8192,)]
     assert sum(point.episodes for point in points) == EVAL_EPISODES
     assert sum(point.failed for point in points) == len(failed)
     assert math.isclose(sum(point.reward_sum for point in points), sum(rewards))
-    assert sum(count for _, count in spool.histogram(run_id, "tokens")) == EVAL_EPISODES
+    assert sum(count for _, count in spool.reading.histogram(run_id, "tokens")) == EVAL_EPISODES
     calls = sum(len(trace["calls"]) for record in records for trace in record["traces"])
-    assert sum(count for _, count in spool.histogram(run_id, "call_latency")) == calls
+    assert sum(count for _, count in spool.reading.histogram(run_id, "call_latency")) == calls
 
 
 def test_the_run_page_data_of_an_eval_and_a_training_run(store: Store) -> None:
-    eval_data = run_data(store.spool, store.spool.run(store.eval_id))  # type: ignore[arg-type]
+    eval_data = run_data(store.spool, store.spool.reading.run(store.eval_id))  # type: ignore[arg-type]
     reward = eval_data.distributions["reward"]
     assert reward is not None and reward.count == len(_rewards(store.spool, store.eval_id))
     assert sum(item.count for item in reward.bins) == reward.count
@@ -115,7 +115,7 @@ def test_the_run_page_data_of_an_eval_and_a_training_run(store: Store) -> None:
     assert eval_data.errors[0].error_type == "ProviderTimeout"
     assert eval_data.unread == 0 and eval_data.bodiless == 0
 
-    train = run_data(store.spool, store.spool.run(store.train_id))  # type: ignore[arg-type]
+    train = run_data(store.spool, store.spool.reading.run(store.train_id))  # type: ignore[arg-type]
     assert train.series is not None and train.series.axis == "step"
     assert train.series.x == tuple(range(TRAIN_STEPS))
     assert train.series.episodes == (EPISODES_PER_STEP,) * TRAIN_STEPS
@@ -124,7 +124,7 @@ def test_the_run_page_data_of_an_eval_and_a_training_run(store: Store) -> None:
 
 
 def test_the_episode_table_sorts_filters_and_pages(store: Store) -> None:
-    run = store.spool.run(store.eval_id)
+    run = store.spool.reading.run(store.eval_id)
     assert run is not None
     by_reward = episode_table(store.spool, run, table_query({"sort": "reward", "order": "desc"}))
     rewards = [row.reward for row in by_reward.rows if row.reward is not None]
@@ -133,7 +133,7 @@ def test_the_episode_table_sorts_filters_and_pages(store: Store) -> None:
     assert by_reward.total == EVAL_EPISODES and by_reward.pages == 3
 
     failed = episode_table(store.spool, run, table_query({"error": "ProviderTimeout"}))
-    assert failed.total == store.spool.error_groups(store.eval_id)[0].count
+    assert failed.total == store.spool.reading.error_groups(store.eval_id)[0].count
     assert all(row.ok == 0 and row.error_type == "ProviderTimeout" for row in failed.rows)
 
     ranged = episode_table(store.spool, run, table_query({"min_reward": "1", "sort": "tokens"}))
@@ -157,13 +157,13 @@ def test_the_episode_table_sorts_filters_and_pages(store: Store) -> None:
 
 def test_an_episode_page_holds_its_whole_conversation(store: Store) -> None:
     spool = store.spool
-    run = spool.run(store.eval_id)
+    run = spool.reading.run(store.eval_id)
     assert run is not None
-    rows = spool.episode_rows(run.local_id, EpisodeFilter(), limit=EVAL_EPISODES)
+    rows = spool.reading.episode_rows(run.local_id, EpisodeFilter(), limit=EVAL_EPISODES)
     for row in rows:
         detail = episode_detail(spool, run, row.episode_id)
         assert detail is not None and detail.problem is None
-        record = loads(spool.episode(run.local_id, row.episode_id)[1])  # type: ignore[index]
+        record = loads(spool.reading.episode(run.local_id, row.episode_id)[1])  # type: ignore[index]
         assert len(detail.traces) == len(record["traces"])
         for trace, shown in zip(record["traces"], detail.traces, strict=True):
             assert [node["message"]["role"] for node in trace["nodes"]] == [
@@ -199,9 +199,9 @@ def test_a_damaged_missing_or_huge_record_is_said_so(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spool = store.spool
-    run = spool.run(store.eval_id)
+    run = spool.reading.run(store.eval_id)
     assert run is not None
-    first, second, third = spool.episode_rows(run.local_id, EpisodeFilter(), limit=3)
+    first, second, third = spool.reading.episode_rows(run.local_id, EpisodeFilter(), limit=3)
     _damage(store.path, first.episode_id, b'{"id": "x", "traces": [')
     _damage(store.path, second.episode_id, None)
     damaged = episode_detail(spool, run, first.episode_id)
@@ -215,7 +215,7 @@ def test_a_damaged_missing_or_huge_record_is_said_so(
 
 def test_runs_side_by_side(store: Store) -> None:
     spool = store.spool
-    runs = [spool.run(store.eval_id), spool.run(store.other_id)]
+    runs = [spool.reading.run(store.eval_id), spool.reading.run(store.other_id)]
     data = compare_data(spool, runs)  # type: ignore[arg-type]
     (examples,) = data.examples
     assert examples.every == 1 and examples.shared == EVAL_EPISODES // 4
@@ -233,7 +233,7 @@ def test_runs_with_many_examples_are_compared_on_a_sample(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(compare, "MAX_EXAMPLES", 10)
-    runs = [store.spool.run(store.eval_id), store.spool.run(store.other_id)]
+    runs = [store.spool.reading.run(store.eval_id), store.spool.reading.run(store.other_id)]
     (examples,) = compare.compare_data(store.spool, runs).examples  # type: ignore[arg-type]
     assert examples.every == 3
     assert 0 < examples.shared < EVAL_EPISODES // 4
@@ -252,7 +252,7 @@ def server(store: Store) -> Iterator[httpx.Client]:
 
 
 def test_every_page_answers(store: Store, server: httpx.Client) -> None:
-    episode = store.spool.episode_rows(store.eval_id, EpisodeFilter(), limit=1)[0]
+    episode = store.spool.reading.episode_rows(store.eval_id, EpisodeFilter(), limit=1)[0]
     for path in (
         "/",
         "/?kind=train",
@@ -281,7 +281,7 @@ def test_every_page_answers(store: Store, server: httpx.Client) -> None:
 
 
 def test_bad_input_gets_a_page_that_says_what(store: Store, server: httpx.Client) -> None:
-    episode = store.spool.episode_rows(store.eval_id, EpisodeFilter(), limit=1)[0]
+    episode = store.spool.reading.episode_rows(store.eval_id, EpisodeFilter(), limit=1)[0]
     _damage(store.path, episode.episode_id, b"\xff not json")
     for path, status, said in (
         ("/runs/no-such-run", 404, "There is no run"),
@@ -333,8 +333,8 @@ def test_with_a_token_every_request_needs_it(store: Store) -> None:
 
 def test_runs_stored_before_are_read_into_the_views(store: Store) -> None:
     spool, run_id = store.spool, store.eval_id
-    before = run_data(spool, spool.run(run_id))  # type: ignore[arg-type]
-    histogram = spool.histogram(run_id, "reward")
+    before = run_data(spool, spool.reading.run(run_id))  # type: ignore[arg-type]
+    histogram = spool.reading.histogram(run_id, "reward")
     db = sqlite3.connect(store.path / "spool.sqlite3")
     with db:  # as an earlier release left it: no facts, no aggregates
         db.execute("UPDATE episodes SET ok = NULL, reward = NULL WHERE run_id = ?", (run_id,))
@@ -345,13 +345,13 @@ def test_runs_stored_before_are_read_into_the_views(store: Store) -> None:
             (run_id,),
         )
     db.close()
-    assert spool.unread_count(run_id) == EVAL_EPISODES
-    assert spool.histogram(run_id, "reward") == []
+    assert spool.reading.unread_count(run_id) == EVAL_EPISODES
+    assert spool.reading.histogram(run_id, "reward") == []
     progress: list[tuple[int, int]] = []
     assert read_older_episodes(spool, run_id, lambda *done: progress.append(done)) == 120
     assert progress[-1] == (EVAL_EPISODES, EVAL_EPISODES)
-    after = run_data(spool, spool.run(run_id))  # type: ignore[arg-type]
-    assert spool.histogram(run_id, "reward") == histogram
+    after = run_data(spool, spool.reading.run(run_id))  # type: ignore[arg-type]
+    assert spool.reading.histogram(run_id, "reward") == histogram
     assert after.errors == before.errors
     # The same sums, added in another grouping (a float may differ in its last digits).
     assert after.series is not None and before.series is not None
@@ -383,10 +383,10 @@ def test_an_older_spool_file_is_upgraded_in_place(store: Store) -> None:
             db.execute(f"DROP TABLE {table}")
     db.close()
     spool = open_spool(store.path)
-    assert spool.unread_count(store.eval_id) == EVAL_EPISODES
+    assert spool.reading.unread_count(store.eval_id) == EVAL_EPISODES
     read_older_episodes(spool, store.eval_id)
-    assert spool.error_groups(store.eval_id)[0].error_type == "ProviderTimeout"
-    assert spool.unread_count(store.eval_id) == 0
+    assert spool.reading.error_groups(store.eval_id)[0].error_type == "ProviderTimeout"
+    assert spool.reading.unread_count(store.eval_id) == 0
     spool.close()
 
 
@@ -405,7 +405,7 @@ def test_show_prints_the_kept_histogram_errors_and_figures(store: Store) -> None
     assert f"histogram of {len(rewards)} episode(s)" in shown
     bars = [line for line in shown.splitlines() if line.startswith("  ") and " - " in line]
     assert sum(int(line.split()[-1]) for line in bars) == len(rewards)
-    errors = store.spool.error_groups(store.eval_id)
+    errors = store.spool.reading.error_groups(store.eval_id)
     assert f"ProviderTimeout  {errors[0].count:>7}  e.g. {errors[0].example_id}" in shown
     assert "tokens" in shown and "p99" in shown
 
@@ -418,14 +418,14 @@ def test_counts_in_the_view_match_a_recount(store: Store) -> None:
     """The per-example rewards kept on ``rollouts`` are the records' own."""
     per_example: Counter[str] = Counter()
     totals: dict[str, float] = {}
-    for episode in store.spool.iter_episodes(store.eval_id):
+    for episode in store.spool.reading.iter_episodes(store.eval_id):
         record = loads(episode.record)
         key = json.dumps(record["traces"][0]["task"]["data"]["idx"])
         reward = float(TraceScores.of(record["traces"][summary_trace_index(record)]).reward)
         if record["traces"] and math.isfinite(reward):
             per_example[key] += 1
             totals[key] = totals.get(key, 0.0) + reward
-    pairs = store.spool.example_pairs(store.eval_id, store.eval_id)
+    pairs = store.spool.reading.example_pairs(store.eval_id, store.eval_id)
     assert len(pairs) == len(per_example)
     for key, mean, same in pairs:
         assert math.isclose(mean, totals[key] / per_example[key]) and mean == same
@@ -476,11 +476,12 @@ def test_episodes_are_numbered_within_their_run_and_filter_by_step(
     # The second run was stored after the first: its own numbering starts at 1.
     assert numbers(f"/runs/{store.other_id}/episodes")[:3] == [1, 2, 3]
     assert numbers(f"/runs/{store.other_id}/episodes?page=2")[0] == 51
-    rows = store.spool.episode_rows(
+    rows = store.spool.reading.episode_rows(
         store.other_id, EpisodeFilter(), sort="reward", descending=True, limit=50
     )
     arrival = [
-        row.seq for row in store.spool.episode_rows(store.other_id, EpisodeFilter(), limit=500)
+        row.seq
+        for row in store.spool.reading.episode_rows(store.other_id, EpisodeFilter(), limit=500)
     ]
     expected = [arrival.index(row.seq) + 1 for row in rows]
     assert numbers(f"/runs/{store.other_id}/episodes?sort=reward&order=desc") == expected
@@ -495,7 +496,7 @@ def test_the_pages_show_config_tracebacks_deltas_and_one_word_per_state(
 ) -> None:
     run_page = server.get(f"/runs/{store.eval_id}").text
     assert "temperature" in run_page and "0.7" in run_page
-    (failed,) = store.spool.episode_rows(store.eval_id, EpisodeFilter(error="any"), limit=1)
+    (failed,) = store.spool.reading.episode_rows(store.eval_id, EpisodeFilter(error="any"), limit=1)
     episode = server.get(f"/runs/{store.eval_id}/episodes/{failed.episode_id}").text
     assert "ProviderTimeout" in episode and "Traceback (most recent call last)" in episode
     table = server.get(f"/runs/{store.eval_id}/episodes").text
@@ -509,7 +510,7 @@ def test_a_record_without_traces_gets_whole_pages(tmp_path: Path) -> None:
     spool = open_spool(tmp_path / "spool")
     record = {"id": "bare", "traces": []}
     arrival = EpisodeArrival.of(record, json.dumps(record).encode())
-    spool.ingest(
+    spool.intake.ingest(
         [RunBatch(RunIdentity("bare-run"), start=RunStart({}), episodes=[arrival])], mode="local"
     )
     with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
@@ -572,7 +573,7 @@ def test_the_curves_come_as_json_reduced_on_the_server(
     reward = next(chart for chart in eval_charts if chart["id"] == "reward")
     assert reward["x"][-1] == EVAL_EPISODES and len(reward["time"]) == len(reward["x"])
     monkeypatch.setattr(chart_data_module, "MAX_POINTS", 4)
-    run = store.spool.run(store.eval_id)
+    run = store.spool.reading.run(store.eval_id)
     assert run is not None
     thinned = chart_data_module.chart_data(store.spool, run)["charts"]
     assert all(len(chart["x"]) <= 4 for chart in thinned)
@@ -587,7 +588,7 @@ def test_episodes_of_interleaved_runs_are_numbered_within_each(tmp_path: Path) -
         run_id = ("left", "right")[index % 2]
         record = synthetic_episode(index, seed=3)
         arrival = EpisodeArrival.of(record, json.dumps(record).encode())
-        spool.ingest(
+        spool.intake.ingest(
             [RunBatch(RunIdentity(run_id), start=RunStart({}), episodes=[arrival])], mode="local"
         )
     with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
@@ -606,8 +607,10 @@ def test_a_run_on_the_platform_links_there_and_only_to_a_web_address(tmp_path: P
         ("on-platform", "https://app.example/runs/p-1"),
         ("odd-address", "javascript:alert(1)"),
     ):
-        spool.ingest([RunBatch(RunIdentity(run_id), start=RunStart({}))], mode="online")
-        spool.update_run(run_id, platform_id=f"p-{run_id}", url=address, create_state="created")
+        spool.intake.ingest([RunBatch(RunIdentity(run_id), start=RunStart({}))], mode="online")
+        spool.delivery.update_run(
+            run_id, platform_id=f"p-{run_id}", url=address, create_state="created"
+        )
     with ViewerServer(spool, port=0) as running, httpx.Client(base_url=running.url) as client:
         runs = client.get("/").text
         run = client.get("/runs/on-platform").text

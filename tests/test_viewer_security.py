@@ -49,7 +49,7 @@ def _store(spool: Spool, run_id: str, episode_ids: list[str], *, name: str | Non
         record = synthetic_episode(index, seed=2)
         record["id"] = episode_id
         arrivals.append(EpisodeArrival.of(record, orjson.dumps(record)))
-    spool.ingest(
+    spool.intake.ingest(
         [RunBatch(RunIdentity(run_id, name=name), start=RunStart({}), episodes=arrivals)],
         mode="local",
     )
@@ -232,7 +232,7 @@ PARAMS = [
 @pytest.fixture(scope="module")
 def filled(spool: Spool) -> tuple[Spool, str, str]:
     _store(spool, "fuzzed-run", [f"episode-{index}" for index in range(5)])
-    episode = spool.episode_rows("fuzzed-run", EpisodeFilter(), limit=1)[0].episode_id
+    episode = spool.reading.episode_rows("fuzzed-run", EpisodeFilter(), limit=1)[0].episode_id
     return spool, "fuzzed-run", episode
 
 
@@ -407,7 +407,7 @@ def test_an_episode_page_stays_within_its_budget(tmp_path: Path, shape: str) -> 
     else:
         trace["metrics"] = {"&" * 500 + str(i): float(i) for i in range(20_000)}
     body = orjson.dumps(record)
-    spool.ingest(
+    spool.intake.ingest(
         [
             RunBatch(
                 RunIdentity("big"),
@@ -470,7 +470,7 @@ def test_no_page_carries_inline_script_or_style(tmp_path: Path) -> None:
     spool_dir = tmp_path / "spool"
     run_id = record_eval(spool_dir, name="<script>alert(1)</script>")
     spool = open_spool(spool_dir)
-    episode = spool.episode_rows(run_id, EpisodeFilter(), limit=1)[0].episode_id
+    episode = spool.reading.episode_rows(run_id, EpisodeFilter(), limit=1)[0].episode_id
     app = ViewerApp(spool)
     for target in (
         "/",

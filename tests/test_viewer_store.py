@@ -31,15 +31,15 @@ EPISODES = 30
 def _store(spool: Spool, run_id: str, *, mode: str, first: int = 0) -> None:
     records = [synthetic_episode(first + index, seed=4) for index in range(EPISODES)]
     arrivals = [EpisodeArrival.of(record, orjson.dumps(record)) for record in records]
-    outcome = spool.ingest([RunBatch(RunIdentity(run_id), episodes=arrivals)], mode=mode)
+    outcome = spool.intake.ingest([RunBatch(RunIdentity(run_id), episodes=arrivals)], mode=mode)
     assert outcome.stored == EPISODES and outcome.rejected == 0
 
 
 def _deliver(spool: Spool, run_id: str) -> None:
     """What the uploader does once Prime Traces confirms an upload."""
-    seqs = [row.seq for row in spool.pending_episodes(run_id, max_bytes=1 << 30)]
-    spool.begin_traces_upload(run_id, seqs, f"up-{run_id}", b"...", encoding="gzip")
-    spool.commit_traces_upload(run_id, f"up-{run_id}")
+    seqs = [row.seq for row in spool.delivery.pending_episodes(run_id, max_bytes=1 << 30)]
+    spool.delivery.begin_traces_upload(run_id, seqs, f"up-{run_id}", b"...", encoding="gzip")
+    spool.delivery.commit_traces_upload(run_id, f"up-{run_id}")
 
 
 @pytest.mark.parametrize("keep", [True, False])
@@ -47,11 +47,11 @@ def test_a_delivered_run_keeps_its_bodies_unless_told_not_to(tmp_path: Path, kee
     spool = Spool(tmp_path / "spool.sqlite3", max_bytes=1 << 30, keep_delivered=keep)
     _store(spool, "online-run", mode="online")
     _deliver(spool, "online-run")
-    assert spool.pending_count("online-run") == 0
-    kept = sum(1 for _ in spool.iter_episodes("online-run"))
+    assert spool.reading.pending_count("online-run") == 0
+    kept = sum(1 for _ in spool.reading.iter_episodes("online-run"))
     assert kept == (EPISODES if keep else 0)
     # The views stay either way: they never read the bodies.
-    assert sum(count for _, count in spool.histogram("online-run", "tokens")) == EPISODES
+    assert sum(count for _, count in spool.reading.histogram("online-run", "tokens")) == EPISODES
 
 
 def test_the_setting_reaches_the_runs_a_process_starts(
@@ -72,14 +72,14 @@ def test_at_the_cap_kept_bodies_make_room_before_an_episode_is_refused(tmp_path:
     _deliver(spool, "delivered-run")
     spool.close()
     # Room for a few more episodes only: the next run needs the kept bodies' space.
-    tight = Spool(path, max_bytes=Spool(path, max_bytes=1 << 30).used_bytes() + 20_000)
+    tight = Spool(path, max_bytes=Spool(path, max_bytes=1 << 30).housekeeping.used_bytes() + 20_000)
     _store(tight, "new-run", mode="local", first=1000)
-    kept, _ = tight.delivered_bodies("delivered-run")
+    kept, _ = tight.housekeeping.delivered_bodies("delivered-run")
     assert EPISODES - kept > 0
-    remaining = [row.episode_id for row in tight.iter_episodes("delivered-run")]
+    remaining = [row.episode_id for row in tight.reading.iter_episodes("delivered-run")]
     everything = [
         row.episode_id
-        for row in tight.episode_rows("delivered-run", EpisodeFilter(), limit=EPISODES)
+        for row in tight.reading.episode_rows("delivered-run", EpisodeFilter(), limit=EPISODES)
     ]
     assert remaining == everything[EPISODES - kept :], "the oldest went first"
 
@@ -91,13 +91,13 @@ def test_a_spool_at_its_cap_has_room_while_kept_bodies_can_make_it(tmp_path: Pat
     path = tmp_path / "spool.sqlite3"
     spool = Spool(path, max_bytes=1 << 30)
     _store(spool, "delivered-run", mode="online")
-    spool.max_bytes = spool.used_bytes()
-    assert not spool.has_room(), "at the cap, with nothing delivered"
+    spool.max_bytes = spool.housekeeping.used_bytes()
+    assert not spool.housekeeping.has_room(), "at the cap, with nothing delivered"
     _deliver(spool, "delivered-run")
-    assert spool.has_room(), "at the cap, with delivered bodies to drop"
-    spool.drop_delivered_bodies("delivered-run")
-    spool.max_bytes = spool.used_bytes()
-    assert not spool.has_room(), "at the cap, with no body left to drop"
+    assert spool.housekeeping.has_room(), "at the cap, with delivered bodies to drop"
+    spool.housekeeping.drop_delivered_bodies("delivered-run")
+    spool.max_bytes = spool.housekeeping.used_bytes()
+    assert not spool.housekeeping.has_room(), "at the cap, with no body left to drop"
     spool.close()
 
 
@@ -109,23 +109,23 @@ def test_prune_bodies_drops_only_what_the_platform_has(
     spool = open_spool(spool_dir)
     _store(spool, "online-run", mode="online")
     _deliver(spool, "online-run")
-    spool.update_run("online-run", close_state="closed", end_status="completed")
-    histogram = spool.histogram("online-run", "reward")
+    spool.delivery.update_run("online-run", close_state="closed", end_status="completed")
+    histogram = spool.reading.histogram("online-run", "reward")
     assert main(["prune", "--bodies", "--dry-run", "--spool-dir", str(spool_dir)]) == 0
     assert (
         f"would drop {EPISODES} delivered episode bodies of online-run" in capsys.readouterr().out
     )
     assert main(["prune", "--bodies", "--spool-dir", str(spool_dir)]) == 0
     assert f"dropped {EPISODES} delivered episode bodies" in capsys.readouterr().out
-    assert spool.delivered_bodies("online-run") == (0, 0)
-    assert spool.histogram("online-run", "reward") == histogram
-    first = spool.episode_rows("online-run", EpisodeFilter(), limit=1)[0]
-    run = spool.run("online-run")
+    assert spool.housekeeping.delivered_bodies("online-run") == (0, 0)
+    assert spool.reading.histogram("online-run", "reward") == histogram
+    first = spool.reading.episode_rows("online-run", EpisodeFilter(), limit=1)[0]
+    run = spool.reading.run("online-run")
     assert run is not None
     detail = episode_detail(spool, run, first.episode_id)
     assert detail is not None and "no longer kept" in (detail.problem or "")
     # The local run's bodies are its only copy: untouched.
-    assert sum(1 for _ in spool.iter_episodes(local_id)) == EVAL_EPISODES
+    assert sum(1 for _ in spool.reading.iter_episodes(local_id)) == EVAL_EPISODES
 
 
 class _Collector(BaseHTTPRequestHandler):

@@ -4,7 +4,9 @@ A bad value is refused by argparse with the option's name and this message
 (exit 2), instead of being taken silently as something else: a port of
 99999 once listened on a random port, a negative timeout waited forever.
 The options every command group takes (``--spool-dir``, ``--json``) are
-spelled here once, so they read the same in every command's help.
+spelled here once, so they read the same in every command's help; a
+command with many options lists them as a table of :func:`option` rows
+(:func:`add_options`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import argparse
 import math
 import re
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 
 def port_number(text: str) -> int:
@@ -106,3 +111,29 @@ def spool_option(sub: argparse.ArgumentParser) -> None:
 
 def json_option(sub: argparse.ArgumentParser, what: str = "the result") -> None:
     sub.add_argument("--json", action="store_true", help=f"print {what} as JSON (see docs/cli.md)")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a command, as a row of a table: its flags and what
+    ``add_argument`` takes for it. ``default_from`` is asked when the parser
+    is built, not when the table is: a default read from the environment
+    is the environment's at that moment."""
+
+    flags: tuple[str, ...]
+    settings: Mapping[str, Any]
+    default_from: Callable[[], Any] | None = None
+
+
+def option(*flags: str, default_from: Callable[[], Any] | None = None, **settings: Any) -> Option:
+    """A row of an option table: ``option("--port", type=int, help=...)``."""
+    return Option(flags, settings, default_from)
+
+
+def add_options(parser: argparse.ArgumentParser, table: Sequence[Option]) -> None:
+    """Add every option of ``table`` to ``parser``, in the table's order."""
+    for row in table:
+        settings = dict(row.settings)
+        if row.default_from is not None:
+            settings["default"] = row.default_from()
+        parser.add_argument(*row.flags, **settings)

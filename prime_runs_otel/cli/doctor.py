@@ -19,7 +19,7 @@ import httpx
 from .._json import loads as fast_loads
 from .._text import one_line
 from ..config import Settings, key_hint, resolve_settings
-from ..deliver.spool import RETAKE_RESERVES, Spool, SpoolError
+from ..deliver.spool import RETAKE_RESERVES, DamagedRunError, RunRow, Spool, SpoolError
 from ..errors import ConfigError
 from .output import human_bytes
 
@@ -85,14 +85,14 @@ def _spool(settings: Settings) -> Check:
         spool = Spool(path, max_bytes=settings.spool_max_bytes)
         integrity = _integrity(path)
         damaged = _damaged_records(path) if integrity == "ok" else 0
-        runs = spool.runs()
-        unreadable = spool.damaged_runs()
+        runs = spool.reading.runs()
+        unreadable = spool.reading.damaged_runs()
     except (SpoolError, sqlite3.Error) as exc:
         return Check("spool", FAIL, f"{path}: {exc}", "move the file aside; a new spool is created")
-    size = spool.used_bytes()
+    size = spool.housekeeping.used_bytes()
     open_runs = [run for run in runs if not run.settled]
     stuck = [run for run in runs if run.close_state == "gave_up" or run.create_state == "failed"]
-    pending = sum(spool.pending_count(run.local_id) for run in runs if run.mode == "online")
+    pending = sum(spool.reading.pending_count(run.local_id) for run in runs if run.mode == "online")
     detail = (
         f"{path}: {human_bytes(size)} used of a {human_bytes(settings.spool_max_bytes)} cap"
         f"{_free_pages(spool)}, "
@@ -101,35 +101,63 @@ def _spool(settings: Settings) -> Check:
     )
     if integrity != "ok":
         return Check("spool", FAIL, detail, "move the file aside; a new spool is created")
-    free = spool.disk_free()
-    reserve = spool.reserve_bytes
+    facts = _SpoolFacts(detail, stuck, unreadable, damaged, size)
+    return _spool_state(spool, settings, facts) or Check("spool", OK, detail)
+
+
+@dataclass(frozen=True)
+class _SpoolFacts:
+    """What ``_spool`` read of a spool, for the checks that judge it."""
+
+    detail: str
+    stuck: list[RunRow]
+    unreadable: list[DamagedRunError]
+    damaged: int
+    size: int
+
+
+def _spool_state(spool: Spool, settings: Settings, facts: _SpoolFacts) -> Check | None:
+    """What is wrong with a readable spool, worst first; ``None`` when nothing is."""
+    folder = settings.spool_dir
+    free = spool.housekeeping.disk_free()
+    reserve = spool.housekeeping.reserve_bytes
     # Below the reserve, or living on it: delivery released it for its writes.
     if free is not None and (
-        free < reserve or (free < 2 * reserve and not spool.reserve_path.exists())
+        free < reserve or (free < 2 * reserve and not spool.housekeeping.reserve_path.exists())
     ):
         return Check(
             "spool",
             FAIL,
-            detail + f"; the disk holding it is full ({human_bytes(free)} free): new episodes "
+            facts.detail
+            + f"; the disk holding it is full ({human_bytes(free)} free): new episodes "
             "are refused (counted on their runs) while delivery drains what is stored",
             f"free space on the disk of {folder}, or set PRIME_RUNS_OTEL_DIR to a larger disk",
         )
-    if unreadable:
-        names = ", ".join(exc.local_id[:12] for exc in unreadable[:5])
+    return _spool_warning(settings, facts, free, reserve)
+
+
+def _spool_warning(
+    settings: Settings, facts: _SpoolFacts, free: int | None, reserve: int
+) -> Check | None:
+    """What a working spool should have looked at, worst first; ``None`` when nothing."""
+    folder, path = settings.spool_dir, settings.spool_path
+    if facts.unreadable:
+        names = ", ".join(exc.local_id[:12] for exc in facts.unreadable[:5])
         return Check(
             "spool",
             WARN,
-            detail + f", but {len(unreadable)} run(s) cannot be read back ({names}): their rows "
+            facts.detail
+            + f", but {len(facts.unreadable)} run(s) cannot be read back ({names}): their rows "
             "are damaged, and they are left out of delivery and of every listing",
             "every other run is delivered as usual; remove a damaged run (its episodes go "
-            f"with it) with `prime-runs-otel rm --force {unreadable[0].local_id}`, or keep the "
-            "spool for inspection",
+            f"with it) with `prime-runs-otel rm --force {facts.unreadable[0].local_id}`, "
+            "or keep the spool for inspection",
         )
-    if damaged:
+    if facts.damaged:
         return Check(
             "spool",
             WARN,
-            detail + f", but {damaged} stored record(s) are damaged on disk",
+            facts.detail + f", but {facts.damaged} stored record(s) are damaged on disk",
             "those episodes fail on delivery, counted on their runs; everything else is "
             "delivered. Check the disk (dmesg, smartctl)",
         )
@@ -138,28 +166,28 @@ def _spool(settings: Settings) -> Check:
         return Check(
             "spool",
             WARN,
-            detail + f"; {shared} can be read by other users of this machine, and episodes "
+            facts.detail + f"; {shared} can be read by other users of this machine, and episodes "
             "hold prompts and completions",
             f"chmod 700 {folder} && chmod 600 {path}*",
         )
-    if stuck:
-        names = ", ".join(run.local_id[:12] for run in stuck[:5])
+    if facts.stuck:
+        names = ", ".join(run.local_id[:12] for run in facts.stuck[:5])
         return Check(
             "spool",
             WARN,
-            one_line(detail + f"; stuck: {names} ({stuck[0].last_error})"),
+            one_line(facts.detail + f"; stuck: {names} ({facts.stuck[0].last_error})"),
             "fix the cause, then `prime-runs-otel push RUN`",
         )
     if free is not None and free < RETAKE_RESERVES * reserve:
         return Check(
             "spool",
             WARN,
-            detail + f"; the disk holding it is nearly full ({human_bytes(free)} free)",
+            facts.detail + f"; the disk holding it is nearly full ({human_bytes(free)} free)",
             f"free space on the disk of {folder}, or set PRIME_RUNS_OTEL_DIR to a larger disk",
         )
-    if size >= 0.8 * settings.spool_max_bytes:
-        return Check("spool", WARN, detail, "deliver pending runs or raise the cap")
-    return Check("spool", OK, detail)
+    if facts.size >= 0.8 * settings.spool_max_bytes:
+        return Check("spool", WARN, facts.detail, "deliver pending runs or raise the cap")
+    return None
 
 
 def _no_store_yet(folder: Path) -> Check:
@@ -186,10 +214,14 @@ def _free_pages(spool: Spool) -> str:
     """The file's free pages, apart from what it holds: room it reuses, but
     that the disk has not got back (a spool from an earlier release keeps
     what ``rm`` and ``prune`` removed that way until ``compact``)."""
-    free_pages = spool.free_bytes()
+    free_pages = spool.housekeeping.free_bytes()
     if not free_pages:
         return ""
-    hint = "" if spool.gives_back_space() else "; `prime-runs-otel compact` gives them back"
+    hint = (
+        ""
+        if spool.housekeeping.gives_back_space()
+        else "; `prime-runs-otel compact` gives them back"
+    )
     return f" (and {human_bytes(free_pages)} of free pages in the file{hint})"
 
 

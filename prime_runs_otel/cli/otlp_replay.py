@@ -15,13 +15,14 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -166,20 +167,21 @@ def replay_over_otlp(
     first = next(records, None)
     if first is None:
         raise NoEpisodesError(source, count_lines(source), bad_lines)
-    options = replay_options(name, model, environments, framework)
-    resource = run_resource(
-        run_id=run_id or replay_run_key(source, options),
-        name=name or recorded.get("name") or source.resolve().parent.name,
-        model=model or recorded.get("model"),
-        environments=list(environments or recorded.get("environments") or environments_of(first)),
+    resource = _replay_resource(
+        source,
+        recorded,
+        first,
+        name=name,
+        model=model,
+        environments=environments,
         framework=framework,
+        run_id=run_id,
     )
+    local_id = str(resource.attributes[semconv.RUN_ID])
     target = traces_endpoint(endpoint)
     unreachable = _unreachable(target, min(timeout, REACH_TIMEOUT) if timeout else REACH_TIMEOUT)
     if unreachable:
-        return _report_unreachable(
-            target, unreachable, str(resource.attributes[semconv.RUN_ID]), total, as_json=as_json
-        )
+        return _report_unreachable(target, unreachable, local_id, total, as_json=as_json)
     exporter = _CountingExporter(
         OTLPSpanExporter(
             endpoint=target,
@@ -188,13 +190,60 @@ def replay_over_otlp(
             compression=Compression.Gzip,
         )
     )
+    _send_run(
+        resource,
+        exporter,
+        _chain(first, records),
+        bad_lines,
+        config_file=config_file or recorded.get("config_file"),
+    )
+    return _report_sent(
+        local_id, target, exporter, total, bad_lines, timeout=timeout, as_json=as_json
+    )
+
+
+def _replay_resource(
+    source: Path,
+    recorded: Mapping[str, Any],
+    first: dict[str, Any],
+    *,
+    name: str | None,
+    model: str | None,
+    environments: Sequence[str] | None,
+    framework: str | None,
+    run_id: str | None,
+) -> Resource:
+    """The replayed run's Resource: what was given, else what the eval
+    recorded in its folder, else what the file itself says; the run key
+    comes from the file unless one is given, so a replay again is one run."""
+    options = replay_options(name, model, environments, framework)
+    return run_resource(
+        run_id=run_id or replay_run_key(source, options),
+        name=name or recorded.get("name") or source.resolve().parent.name,
+        model=model or recorded.get("model"),
+        environments=list(environments or recorded.get("environments") or environments_of(first)),
+        framework=framework,
+    )
+
+
+def _send_run(
+    resource: Resource,
+    exporter: _CountingExporter,
+    records: Iterator[dict[str, Any]],
+    bad_lines: list[str],
+    *,
+    config_file: str | os.PathLike[str] | None,
+) -> None:
+    """The run's spans to the endpoint: its start, an episode span per record
+    (one that is no episode is a bad line), and its end, until the endpoint
+    refuses something: what is left is then never sent, the end included."""
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(_BlockingBatchProcessor(exporter))
     tracer = provider.get_tracer("prime_runs_otel.replay")
-    config = normalize_config(None, config_file=config_file or recorded.get("config_file"))
+    config = normalize_config(None, config_file=config_file)
     emit_run_start(tracer, config)
     recorded_count = 0
-    for record in _chain(first, records):
+    for record in records:
         if exporter.refused_spans:
             break  # the endpoint refuses: what is left is reported as never sent
         try:
@@ -206,7 +255,20 @@ def replay_over_otlp(
     if not exporter.refused_spans:
         emit_run_end(tracer, "completed", episodes_recorded=recorded_count)
     provider.shutdown()
-    local_id = str(resource.attributes[semconv.RUN_ID])
+
+
+def _report_sent(
+    local_id: str,
+    target: str,
+    exporter: _CountingExporter,
+    total: int,
+    bad_lines: list[str],
+    *,
+    timeout: float,
+    as_json: bool,
+) -> int:
+    """Say what the endpoint accepted, refused and was never sent, and
+    what to do when it refused; the exit code says whether all of it went."""
     accepted = exporter.accepted_episodes
     refused = exporter.refused_episodes
     never_sent = max(0, total - len(bad_lines) - accepted - refused)

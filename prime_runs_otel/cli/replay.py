@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import resolve_settings
+from ..config import Settings, resolve_settings
 from ..deliver.spool import Spool
 from ..errors import PrimeRunsOtelError
 from ..produce.traces_jsonl import (
@@ -35,7 +35,14 @@ from ..produce.traces_jsonl import (
 from ..run import INTERRUPTED, INTERRUPTED_PLATFORM_WAIT, Run, RunResult, start_run
 from ..sampling import without_sdk
 from ..view.runs import run_view
-from .arguments import json_option, non_negative_float, positive_int, spool_option
+from .arguments import (
+    add_options,
+    json_option,
+    non_negative_float,
+    option,
+    positive_int,
+    spool_option,
+)
 from .exits import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from .extras import require_testing
 from .otlp_replay import add_otlp_replay_option, replay_command_over_otlp
@@ -110,14 +117,14 @@ def _reopen_unfinished(spool_dir: str | None, run_key: str) -> None:
         return
     spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
     try:
-        row = spool.run(run_key)
+        row = spool.reading.run(run_key)
         unfinished = row is not None and (
             row.end_status == "crashed"
             or (row.end_status == "cancelled" and row.end_error == INTERRUPTED)
         )
         if row is None or not unfinished:
             return
-        if spool.reopen_run(run_key):
+        if spool.intake.reopen_run(run_key):
             note = (
                 f"run {run_key[:12]} was {row.end_status} by an interrupted replay with "
                 f"{row.episodes} episode(s); reopened: this replay adds the ones it lacks and "
@@ -185,7 +192,7 @@ def result_view(result: RunResult) -> dict[str, Any]:
     the run is there, so both print the same thing)."""
     if result.spool_path:
         spool = Spool(Path(result.spool_path), max_bytes=resolve_settings().spool_max_bytes)
-        row = spool.run(result.local_id)
+        row = spool.reading.run(result.local_id)
         if row is not None:
             return with_training(spool, row, run_view(spool, row))
     return {
@@ -251,19 +258,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             os.environ["PRIME_RUNS_MODE"] = "online"
             print(f"fake platform listening on {fake.url}")
         settings = without_sdk(resolve_settings(spool_dir=args.spool_dir))
-        where = {"online": "the platform", "local": "the local store"}.get(
-            settings.mode, "nowhere (telemetry is disabled)"
-        )
-        print(f"demo: {args.episodes} episodes through OpenTelemetry into {where}")
-        run = start_run(
-            name=demo_name(),
-            model="demo/solver-8b",
-            environments=["gsm8k-demo"],
-            framework="prime-runs-otel-demo",
-            config={"rollouts_per_example": 4, "temperature": 0.7, "judge": "demo/judge-1b"},
-            tags=["demo"],
-            settings=settings,
-        )
+        run = _start_demo_run(settings, args.episodes)
         reported_here(run.id)  # its outcome is printed below, once
         progress = Progress("recording episodes", args.episodes)
         try:
@@ -286,22 +281,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return EXIT_OK  # nothing to look at: nothing was kept
         print()
         spool = Spool(settings.spool_path, max_bytes=settings.spool_max_bytes)
-        row = spool.run(result.local_id)
+        row = spool.reading.run(result.local_id)
         if row is not None:
             print_show(spool, row)
         if fake is not None:
             _print_fake_platform(fake, result.platform_id)
-        short = result.local_id[:12]
-        cli = command_name()
-        print()
-        print("where to look:")
-        print(f"  {cli} ui                   # every run in the browser (read-only)")
-        print(f"  {cli} runs                 # every run in the spool")
-        print(f"  {cli} show {short}    # this run")
-        print(f"  {cli} export {short} --what samples | head -c 600")
-        if settings.mode == "local":
-            print(f"  {cli} push {short}    # send it once you have a key")
-            print(f"  {cli} rm {short}      # or drop it from the local store")
+        _print_where_to_look(result.local_id, settings.mode)
         ok = result.closed and not (result.pending or result.failed)
         return EXIT_OK if ok else EXIT_INCOMPLETE
     except KeyboardInterrupt:
@@ -312,6 +297,38 @@ def cmd_demo(args: argparse.Namespace) -> int:
         os.environ.update(env_backup)
         if fake is not None:
             fake.stop()
+
+
+def _start_demo_run(settings: Settings, episodes: int) -> Run:
+    """The demo's run, once it has said where its episodes go."""
+    where = {"online": "the platform", "local": "the local store"}.get(
+        settings.mode, "nowhere (telemetry is disabled)"
+    )
+    print(f"demo: {episodes} episodes through OpenTelemetry into {where}")
+    return start_run(
+        name=demo_name(),
+        model="demo/solver-8b",
+        environments=["gsm8k-demo"],
+        framework="prime-runs-otel-demo",
+        config={"rollouts_per_example": 4, "temperature": 0.7, "judge": "demo/judge-1b"},
+        tags=["demo"],
+        settings=settings,
+    )
+
+
+def _print_where_to_look(local_id: str, mode: str) -> None:
+    """The commands that show the demo's run, and in local mode what to do with it."""
+    short = local_id[:12]
+    cli = command_name()
+    print()
+    print("where to look:")
+    print(f"  {cli} ui                   # every run in the browser (read-only)")
+    print(f"  {cli} runs                 # every run in the spool")
+    print(f"  {cli} show {short}    # this run")
+    print(f"  {cli} export {short} --what samples | head -c 600")
+    if mode == "local":
+        print(f"  {cli} push {short}    # send it once you have a key")
+        print(f"  {cli} rm {short}      # or drop it from the local store")
 
 
 def demo_name() -> str:
@@ -375,47 +392,65 @@ def _print_fake_platform(fake: Any, platform_id: str | None) -> None:
 # -- wiring -----------------------------------------------------------------------
 
 
-def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
-    replay = commands.add_parser(
-        "replay", parents=[common], help="replay a verifiers traces.jsonl as a run"
-    )
-    replay.add_argument("path", help="traces.jsonl, or the run folder that holds it")
-    replay.add_argument(
+#: ``replay``'s own options, in the order its help lists them (then
+#: ``--json``, ``--spool-dir`` and the OTLP ones, shared with other commands).
+REPLAY_OPTIONS = (
+    option("path", help="traces.jsonl, or the run folder that holds it"),
+    option(
         "--name", help="run name (default: the eval's recorded run name, else the folder's name)"
-    )
-    replay.add_argument(
+    ),
+    option(
         "--model", help="model the episodes were sampled from (default: what the eval recorded)"
-    )
-    replay.add_argument(
+    ),
+    option(
         "--environment",
         action="append",
         metavar="NAME",
         help="environment (repeatable; default: what the eval recorded, else the records' env)",
-    )
-    replay.add_argument(
+    ),
+    option(
         "--framework",
         default=DEFAULT_FRAMEWORK,
         help="framework that produced the run (default verifiers)",
-    )
-    replay.add_argument(
+    ),
+    option(
         "--config",
         metavar="FILE",
         help="the config file the run was launched with (default: the one the eval saved)",
-    )
-    replay.add_argument(
+    ),
+    option(
         "--run-key",
         metavar="KEY",
         help="the run to replay into (default: derived from the file's bytes and the --name, "
         "--model, --environment and --framework given, so replaying the same file with the "
         "same options again stores nothing twice); a new key makes a new run",
-    )
-    replay.add_argument(
+    ),
+    option(
         "--timeout",
         type=non_negative_float,
         default=None,
         metavar="SECONDS",
         help="seconds to wait for delivery (default 300); with OTLP, for each request (default 30)",
+    ),
+)
+#: ``demo``'s own options (then ``--spool-dir``).
+DEMO_OPTIONS = (
+    option(
+        "--episodes",
+        type=positive_int,
+        default=300,
+        help="how many episodes to record, 1 or more (default 300)",
+    ),
+    option("--seed", type=int, default=0, help="seed of the synthetic episodes"),
+    option("--fake-platform", action="store_true", help="deliver to a fake platform on loopback"),
+)
+
+
+def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    replay = commands.add_parser(
+        "replay", parents=[common], help="replay a verifiers traces.jsonl as a run"
     )
+    add_options(replay, REPLAY_OPTIONS)
     json_option(replay, "the run, as `show --json` does")
     spool_option(replay)
     add_otlp_replay_option(replay)
@@ -424,15 +459,6 @@ def add_replay_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     demo = commands.add_parser(
         "demo", parents=[common], help="a synthetic eval run through the real pipeline"
     )
-    demo.add_argument(
-        "--episodes",
-        type=positive_int,
-        default=300,
-        help="how many episodes to record, 1 or more (default 300)",
-    )
-    demo.add_argument("--seed", type=int, default=0, help="seed of the synthetic episodes")
-    demo.add_argument(
-        "--fake-platform", action="store_true", help="deliver to a fake platform on loopback"
-    )
+    add_options(demo, DEMO_OPTIONS)
     spool_option(demo)
     demo.set_defaults(func=cmd_demo)

@@ -47,7 +47,14 @@ from ..deliver.kafka.settings import (
     parse_client_config,
 )
 from ..errors import ConfigError, PrimeRunsOtelError
-from .arguments import non_negative_float, port_number, positive_float, positive_int
+from .arguments import (
+    add_options,
+    non_negative_float,
+    option,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from .doctor import FAIL, OK, platform_check
 from .exits import EXIT_OK, exit_code_for
 from .extras import SERVE, require
@@ -70,151 +77,157 @@ def add_serve_command(subparsers: Any, common: argparse.ArgumentParser | None = 
     serve.set_defaults(func=cmd_serve)
 
 
-def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument(
-        "--http-port", type=port_number, default=4318, help="OTLP/HTTP port (0: any free one)"
-    )
-    parser.add_argument(
-        "--grpc-port", type=port_number, default=4317, help="OTLP/gRPC port (0: any free one)"
-    )
-    parser.add_argument("--no-grpc", action="store_true", help="serve OTLP/HTTP only")
-    parser.add_argument(
+def _token_from_env() -> str | None:
+    return os.environ.get(TOKEN_ENV) or None
+
+
+#: ``serve``'s options, in the order its help lists them.
+SERVE_OPTIONS = (
+    option("--host", default="127.0.0.1", help="address to listen on"),
+    option("--http-port", type=port_number, default=4318, help="OTLP/HTTP port (0: any free one)"),
+    option("--grpc-port", type=port_number, default=4317, help="OTLP/gRPC port (0: any free one)"),
+    option("--no-grpc", action="store_true", help="serve OTLP/HTTP only"),
+    option(
         "--token",
-        default=os.environ.get(TOKEN_ENV) or None,
+        default_from=_token_from_env,
         help=f"bearer token clients must send (default: ${TOKEN_ENV}); required when "
         "listening beyond loopback",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--max-body-mib",
         type=positive_float,
         default=DEFAULT_MAX_BODY_BYTES / MiB,
         help="largest request accepted, after decompression (default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--max-values",
         type=positive_int,
         default=DEFAULT_MAX_VALUES,
         help="values (spans, attributes, array elements) one request may hold; more is "
         "refused with 413, counted before decoding (default: %(default)d)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--idle-timeout",
         type=non_negative_float,
         default=DEFAULT_IDLE_TIMEOUT,
         help="seconds without spans after which a run with no end span is closed as "
         "crashed (default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--straggler-wait",
         type=non_negative_float,
         default=DEFAULT_STRAGGLER_WAIT,
         help="seconds an ended run waits without news for episodes its end span counts "
         "but that have not arrived, before it closes without them (default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--shutdown-grace",
         type=non_negative_float,
         default=DEFAULT_SHUTDOWN_GRACE,
         help="seconds in-flight requests get to finish on SIGTERM (default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--memory-mib",
         type=float,
         default=DEFAULT_MEMORY_BYTES / MiB,
         help=f"memory the requests being decoded may take together, each counted as {BYTE_COST} "
         f"bytes per decompressed byte plus {VALUE_COST} per value in it; more waits its turn "
         "(default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--read-timeout",
         type=float,
         default=DEFAULT_READ_TIMEOUT,
         help="seconds a request body may take to arrive in full (default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--header-timeout",
         type=positive_float,
         default=DEFAULT_HEADER_TIMEOUT,
         help="seconds the head of a request may take to arrive; a connection that sends "
         "nothing, or stops half-way, is closed then (default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--settle-seconds",
         type=non_negative_float,
         default=DEFAULT_SETTLE_SECONDS,
         help="how long an episode span without a record waits for the rest of its span "
         "tree before its record is synthesised (default: %(default)g)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--max-held-spans",
         type=positive_int,
         default=DEFAULT_MAX_HELD_SPANS,
         help="spans held in memory while span trees complete (default: %(default)d)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--workers",
         type=positive_int,
         default=DEFAULT_WORKERS,
         help="requests decoded and committed at once (default: %(default)d)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--allow-attach",
         action="store_true",
         help="let senders add to a platform run that already exists, named by its id in "
         "prime.run.attach (hosted evals and training runs); without it such runs are refused",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--max-connections",
         type=positive_int,
         default=DEFAULT_MAX_CONNECTIONS,
         help="HTTP connections open at once, fewer if the descriptor limit is low; past it a "
         "request gets 503 Retry-After (default: %(default)d)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--spool-dir", help="spool folder (default: $PRIME_RUNS_OTEL_DIR or ~/.prime/runs-otel)"
-    )
-    parser.add_argument(
+    ),
+    option(
         "--kafka",
         metavar="BOOTSTRAP",
-        default=bootstrap_from_env(),
+        default_from=bootstrap_from_env,
         help=f"join the fleet of serve instances on this Kafka cluster (host:port, "
         f"comma-separated; default: ${BOOTSTRAP_ENV}): any member takes any run's spans, the "
         "member that owns the run's partition delivers it (docs/scaling.md)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--kafka-topic-prefix",
         default=DEFAULT_PREFIX,
         help="the fleet's topics are <prefix>.episodes and <prefix>.runs (default: %(default)s)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--kafka-member",
         help="this member's stable name: a restart under the same name takes its partitions "
         "back at once (Kafka static membership); default: host:http-port",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--kafka-partitions",
         type=positive_int,
         default=DEFAULT_PARTITIONS,
         help="partitions of <prefix>.episodes when this member creates it: the most members "
         "that share the delivery (default: %(default)d)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--kafka-config",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="a librdkafka setting for every Kafka client (security.protocol, sasl.*, ssl.*); "
         "repeat for more",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--kafka-config-file",
         action="append",
         default=[],
         metavar="FILE",
         help="a properties file of librdkafka settings (KEY=VALUE lines), read before "
         "--kafka-config",
-    )
+    ),
+)
+
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    add_options(parser, SERVE_OPTIONS)
 
 
 def kafka_settings(args: argparse.Namespace) -> KafkaSettings | None:

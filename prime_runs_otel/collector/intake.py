@@ -114,7 +114,7 @@ class SpanIntake:
 
     def has_room(self) -> bool:
         """Under the spool's cap, and short of its disk's reserve."""
-        return self.spool.has_room()
+        return self.spool.housekeeping.has_room()
 
     def accept(self, request: ExportTraceServiceRequest, *, owned: bool = False) -> Verdict:
         """Commit ``request`` (in a fleet: hand it to Kafka); ``owned``: it

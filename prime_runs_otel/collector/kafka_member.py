@@ -193,8 +193,8 @@ class KafkaMember:
     def _purge_spool(self) -> None:
         """The spool holds the partitions owned now only: what an earlier
         process left is in Kafka, and is read again with its partition."""
-        for run in self._spool.runs():
-            self._spool.delete_run(run.local_id)
+        for run in self._spool.reading.runs():
+            self._spool.housekeeping.delete_run(run.local_id)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -294,7 +294,7 @@ class KafkaMember:
         state = self._ownership.inherited(key)
         if state is None:
             return
-        run = self._spool.run(key)
+        run = self._spool.reading.run(key)
         if run is None:
             return
         if not book.adopted:
@@ -321,8 +321,8 @@ class KafkaMember:
                 len(state.sending),
             )
         if book.delivered_elsewhere:
-            self._spool.delivered_elsewhere(key, book.delivered_elsewhere)
-            stored = self._spool.stored_ids(key, book.delivered_elsewhere)
+            self._spool.handover.delivered_elsewhere(key, book.delivered_elsewhere)
+            stored = self._spool.handover.stored_ids(key, book.delivered_elsewhere)
             book.delivered_elsewhere -= {i for i, s in stored.items() if s == "delivered"}
 
     # -- the run states -----------------------------------------------------------------
@@ -454,7 +454,7 @@ class KafkaMember:
             for key in self._ownership.revoke(partition):
                 self._books.pop(key, None)
                 try:
-                    self._spool.delete_run(key)
+                    self._spool.housekeeping.delete_run(key)
                 except Exception as exc:
                     logger.warning("Run %s: could not leave the spool: %s", shown(key), exc)
         if partitions:
@@ -610,20 +610,24 @@ class KafkaMember:
 
     def _settle(self, key: str, book: _RunBook, held: set[str]) -> RunState:
         """The run's state now, its done records dropped from ``book``."""
-        run = self._spool.run(key)
-        waiting = held | (self._spool.undelivered_ids(key) if run is not None else set())
+        run = self._spool.reading.run(key)
+        waiting = held | (self._spool.handover.undelivered_ids(key) if run is not None else set())
         while book.records and _done(book.records[0], run, waiting):
             book.through = book.records.popleft().offset
         remaining = {i for record in book.records for i in record.episode_ids}
         delivered = (
-            sorted(i for i, s in self._spool.stored_ids(key, remaining).items() if s == "delivered")
+            sorted(
+                i
+                for i, s in self._spool.handover.stored_ids(key, remaining).items()
+                if s == "delivered"
+            )
             if run is not None and remaining
             else []
         )
-        opened = self._spool.open_traces_uploads(key) if run is not None else []
+        opened = self._spool.handover.open_traces_uploads(key) if run is not None else []
         open_ids = {upload for upload, _ in opened}
         for upload in list(book.intents):
-            if upload not in open_ids and self._spool.upload_state(upload) is not None:
+            if upload not in open_ids and self._spool.handover.upload_state(upload) is not None:
                 del book.intents[upload]  # confirmed, or given up: in the books now
         sending = [*opened, *((u, i) for u, i in book.intents.items() if u not in open_ids)]
         known = {upload for upload, _ in sending}

@@ -236,8 +236,8 @@ class Receiver:
         """``GET /metrics``: this process's counters and the spool's state."""
         return render_metrics(
             self.intake.counters,
-            self.spool.counts(),
-            spool_bytes=self.spool.used_bytes(),
+            self.spool.housekeeping.counts(),
+            spool_bytes=self.spool.housekeeping.used_bytes(),
             spool_max_bytes=self.spool.max_bytes,
             kafka_lag=None if self.member is None else self.member.lag,
         )
@@ -252,7 +252,10 @@ class Receiver:
         if self.intake.commit_problem is not None:
             return self.intake.commit_problem
         if not self.intake.has_room():
-            return self.spool.room_problem() or "the spool is at its cap; delivery frees room"
+            return (
+                self.spool.housekeeping.room_problem()
+                or "the spool is at its cap; delivery frees room"
+            )
         return None
 
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict:

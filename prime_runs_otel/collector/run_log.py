@@ -72,7 +72,7 @@ class RunWatcher:
         try:
             if self._spool is None:
                 self._spool = Spool(path, max_bytes=self._settings.spool_max_bytes)
-            rows = self._spool.runs_changed_since(self._since)
+            rows = self._spool.reading.runs_changed_since(self._since)
         except Exception as exc:  # watching must never take serve down
             logger.debug("reading the spool for the run log failed: %s", exc)
             return

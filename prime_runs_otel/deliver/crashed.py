@@ -29,7 +29,7 @@ def end_if_crashed(
     now = time.time()
     host = socket.gethostname()
     # A worker feeding somebody else's run ending says nothing of the run.
-    producers = spool.producers(run.local_id, owners_only=True)
+    producers = spool.delivery.producers(run.local_id, owners_only=True)
     alive = False
     local_alive = False
     for producer_host, pid, start, seen in producers:
@@ -49,10 +49,10 @@ def end_if_crashed(
         return run
     if log:  # a command that says so in its own words passes False
         logger.warning("Run %s crashed: %s", run.local_id, reason)
-    spool.end_run(run.local_id, "crashed", reason)
+    spool.intake.end_run(run.local_id, "crashed", reason)
     # Read back here rather than with lifecycle.reload: that module brings the
     # platform clients, and `runs` and `show` end dead runs without them.
-    ended = spool.run(run.local_id)
+    ended = spool.reading.run(run.local_id)
     assert ended is not None, "runs are never deleted from the spool"
     return ended
 
@@ -70,14 +70,14 @@ def end_runs_of_dead_producers(spool: Spool) -> list[str]:
     left for delivery to close on the platform (``push``).
     """
     ended = []
-    for local_id in spool.open_runs_fed_in_process():
-        run = spool.run(local_id)
+    for local_id in spool.delivery.open_runs_fed_in_process():
+        run = spool.reading.run(local_id)
         if run is None or run.end_status is not None:
             continue
         run = end_if_crashed(spool, run, None, log=False)
         if run.end_status is None:
             continue
         if run.mode == "local":
-            spool.update_run(local_id, close_state="closed", closed_at=time.time())
+            spool.delivery.update_run(local_id, close_state="closed", closed_at=time.time())
         ended.append(local_id)
     return ended

@@ -196,7 +196,11 @@ class SpanDelivery:
         with self.lock:
             # Checked before the buffer sees the spans, so a refused batch
             # leaves no trace: its sender sends it again, not counted lost.
-            if self.sender.retries and not self.spool.has_room() and any(map(is_episode, views)):
+            if (
+                self.sender.retries
+                and not self.spool.housekeeping.has_room()
+                and any(map(is_episode, views))
+            ):
                 return self.full()
             grouped = group_by_run(
                 views, trees=self.trees, fallback=self._fallback, lines=self._lines
@@ -255,7 +259,7 @@ class SpanDelivery:
     def full(self) -> Delivered:
         """The answer while new episodes would be refused: which limit (the
         disk or the cap) and what frees it; checked again at each batch."""
-        problem = self.spool.room_problem() or (
+        problem = self.spool.housekeeping.room_problem() or (
             f"the spool is at its cap of {self.spool.max_bytes} bytes until delivery frees room"
         )
         return Delivered(
@@ -275,7 +279,7 @@ class SpanDelivery:
         """
         with self.lock:
             idle = not (len(self.trees) or self.trees.pending_episodes or self.uncommitted)
-            if (idle and not self._held_ends) or not self.spool.has_room():
+            if (idle and not self._held_ends) or not self.spool.housekeeping.has_room():
                 return
             grouped = group_by_run((), trees=self.trees, fallback=self._fallback)
             self._report.update()
@@ -367,7 +371,7 @@ class SpanDelivery:
 
     def _ingest(self, batches: list[RunBatch], whole: bool) -> IngestOutcome:
         in_process = self.sender.in_process
-        return self.spool.ingest(
+        return self.spool.intake.ingest(
             batches,
             mode=self.settings.mode,
             register_producer=in_process,
@@ -515,7 +519,7 @@ class SpanDelivery:
             lost, self._lost = self._lost, {}
         for local_id, count in lost.items():
             try:
-                self.spool.count_rejected(local_id, count)
+                self.spool.intake.count_rejected(local_id, count)
             except Exception:
                 with self._runs_lock:
                     self._lost[local_id] = self._lost.get(local_id, 0) + count

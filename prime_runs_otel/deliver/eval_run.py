@@ -88,7 +88,7 @@ class EvalLifecycle:
         try:
             resolved = [{"id": evals.resolve_environment(ref)} for ref in environments]
             payload = self._create_payload(run, resolved)
-            if not self._spool.claim_create(run.local_id):
+            if not self._spool.delivery.claim_create(run.local_id):
                 return
             try:
                 answer = evals.create(payload)
@@ -96,7 +96,7 @@ class EvalLifecycle:
                 if exc.retryable and not exc.ambiguous:
                     # Refused before acting (connect error, 429, 503): nothing
                     # to look up, the next attempt creates.
-                    self._spool.update_run(run.local_id, create_state="pending")
+                    self._spool.delivery.update_run(run.local_id, create_state="pending")
                 raise
         except EnvironmentResolutionError as exc:
             fail_create(self._spool, run, str(exc))
@@ -131,7 +131,7 @@ class EvalLifecycle:
             return True
         if found is None:
             if run.create_state != "pending":
-                self._spool.update_run(run.local_id, create_state="pending")
+                self._spool.delivery.update_run(run.local_id, create_state="pending")
             return False
         logger.info("Run %s: found the platform run created earlier", run.local_id)
         self._adopt(run, found, evals)
@@ -161,7 +161,7 @@ class EvalLifecycle:
         carries the same name."""
         stem = first_environment_name(run.identity.environments) or "eval"
         name = f"{stem}-{run.local_id[:8]}"
-        self._spool.update_run(run.local_id, name=name)
+        self._spool.delivery.update_run(run.local_id, name=name)
         return name
 
     def _adopt(self, run: RunRow, answer: Mapping[str, Any], evals: EvalsAPI) -> None:
@@ -179,7 +179,7 @@ class EvalLifecycle:
         if run.url is None:
             # An attached run's dashboard address, which no create answer gave.
             evals = self._clients.evals()
-            self._spool.update_run(run.local_id, url=evals.url_for(run.platform_id))
+            self._spool.delivery.update_run(run.local_id, url=evals.url_for(run.platform_id))
         self._stream.resume(run)
         if not self._stream.deliver_some(run):
             return
@@ -215,14 +215,14 @@ class EvalLifecycle:
             return False
 
         def finalize() -> None:
-            self._spool.update_run(run.local_id, close_state="finalizing")
+            self._spool.delivery.update_run(run.local_id, close_state="finalizing")
             try:
                 evals.finalize(platform_id, summary)
             except PlatformError as exc:
                 if exc.status == 409:  # finalized already
                     return
                 if not exc.ambiguous:
-                    self._spool.update_run(run.local_id, close_state="open")
+                    self._spool.delivery.update_run(run.local_id, close_state="open")
                 raise
 
         def close_as(status: str, error: str | None) -> None:

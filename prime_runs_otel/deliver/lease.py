@@ -56,7 +56,7 @@ class Lease:
         if renewed is not None and time.monotonic() - renewed < self._ttl * self.RENEW_AFTER:
             return True
         now = time.monotonic()
-        taken = self._spool.acquire_lease(owner, self._ttl)
+        taken = self._spool.delivery.acquire_lease(owner, self._ttl)
         if taken:
             self._renewed[owner] = now
         else:
@@ -71,6 +71,6 @@ class Lease:
         """Hand the lease over now rather than when it expires."""
         self._renewed.pop(self.owner, None)
         try:
-            self._spool.release_lease(self.owner)
+            self._spool.delivery.release_lease(self.owner)
         except Exception as exc:
             logger.debug("releasing the uploader lease failed: %s", exc)

@@ -56,7 +56,7 @@ class RunLeftSpool(Exception):
 
 def reload(spool: Spool, run: RunRow) -> RunRow:
     """``run`` as the spool holds it now."""
-    fresh = spool.run(run.local_id)
+    fresh = spool.reading.run(run.local_id)
     if fresh is None:
         raise RunLeftSpool(run.local_id)
     return fresh
@@ -68,7 +68,7 @@ def mark_created(
     """The platform has the run as ``platform_id`` (``what``: how the log
     names it), shown at ``url``; ``name`` is the platform's name for it, if
     it gave one."""
-    spool.update_run(
+    spool.delivery.update_run(
         run.local_id,
         platform_id=platform_id,
         url=url,
@@ -89,7 +89,7 @@ def fail_create(spool: Spool, run: RunRow, reason: str) -> None:
         spool.path,
         run.local_id,
     )
-    spool.update_run(
+    spool.delivery.update_run(
         run.local_id,
         create_state="failed",
         last_error=reason,
@@ -136,7 +136,7 @@ class StragglerWait:
         """The ended ``run`` is not closed yet, nothing of it is pending, and
         every episode the producer recorded has arrived (or the wait for
         stragglers is over)."""
-        if run.end_status is None or run.closed or spool.pending_count(run.local_id):
+        if run.end_status is None or run.closed or spool.reading.pending_count(run.local_id):
             return False
         missing = self.missing(run)
         if not missing:
@@ -191,12 +191,12 @@ def close_run(
             raise
         kind = "training" if run.kind == "train" else run.kind
         logger.error("Run %s: closing the %s run failed for good: %s", run.local_id, kind, exc)
-        spool.update_run(run.local_id, close_state="gave_up", last_error=str(exc))
+        spool.delivery.update_run(run.local_id, close_state="gave_up", last_error=str(exc))
         return
     mark_closed(spool, run)
 
 
 def mark_closed(spool: Spool, run: RunRow) -> None:
     """The run is closed where it lives (the platform acknowledged it)."""
-    spool.mark_closed(run.local_id)
+    spool.delivery.mark_closed(run.local_id)
     logger.info("Run %s closed as %s", run.local_id, run.end_status)

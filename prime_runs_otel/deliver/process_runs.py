@@ -67,13 +67,13 @@ class FallbackRun:
         """One line at exit for a run nobody named, as ``start_run`` prints."""
         if self.local_id is None:
             return
-        run = spool.run(self.local_id)
+        run = spool.reading.run(self.local_id)
         if run is None:
             return
         if run.mode == "local":
             where = f"kept in the local store ({spool.path})"
         else:
-            pending = spool.pending_count(run.local_id)
+            pending = spool.reading.pending_count(run.local_id)
             where = f"{pending} pending, {run.url or 'on the platform'}"
         logger.warning(
             "prime-runs-otel: run %s (%s) %s: %d episode(s), %s; see `prime-runs-otel show %s`",
@@ -111,7 +111,7 @@ class ProcessRuns:
     def add_step_table(self, local_id: str, step: int, body: bytes) -> None:
         """Keep a training step's Parquet sample table, built elsewhere, with
         the run in the spool, and have the uploader send it."""
-        self.spool.begin_step_upload(local_id, step, (), body, 0)
+        self.spool.steps.begin_step_upload(local_id, step, (), body, 0)
         self._delivery.wake()
 
     # -- the end of the process ---------------------------------------------------
@@ -147,23 +147,23 @@ class ProcessRuns:
         me = os.getpid()
         status, error = _exit_status()
         for local_id in self._delivery.seen_runs():
-            run = self.spool.run(local_id)
+            run = self.spool.reading.run(local_id)
             if run is None or run.end_status is not None:
                 continue
             others = [
                 (pid, start)
-                for _, pid, start, _ in self.spool.producers(local_id)
+                for _, pid, start, _ in self.spool.delivery.producers(local_id)
                 if pid != me and process_alive(pid, start)
             ]
             if not others:
-                self.spool.end_run(local_id, status, error)
+                self.spool.intake.end_run(local_id, status, error)
 
     def _report_leftovers(self, seen: Sequence[str]) -> None:
         for local_id in seen:
-            run = self.spool.run(local_id)
+            run = self.spool.reading.run(local_id)
             if run is None or run.mode != "online" or run.closed:
                 continue
-            pending = self.spool.pending_count(local_id)
+            pending = self.spool.reading.pending_count(local_id)
             logger.warning(
                 "Run %s is not closed on the platform yet (%d episode(s) pending). Nothing is "
                 "lost: it stays in %s; deliver it with `prime-runs-otel push %s`.",
@@ -187,7 +187,7 @@ class ProcessRuns:
         """A run that has ended is waited on until it is closed; one that is
         still fed by another process only until what this process gave is
         delivered (its close is that process's to wait for)."""
-        run = self.spool.run(local_id)
+        run = self.spool.reading.run(local_id)
         if run is not None and run.end_status is None:
             self.wait_delivered(local_id, timeout)
         else:
@@ -202,8 +202,8 @@ class ProcessRuns:
                 run.mode != "online"
                 or (
                     run.create_state == "created"
-                    and self.spool.pending_count(local_id) == 0
-                    and not self.spool.metrics_counts(local_id).get("pending")
+                    and self.spool.reading.pending_count(local_id) == 0
+                    and not self.spool.steps.metrics_counts(local_id).get("pending")
                 )
             ),
         )
@@ -257,7 +257,7 @@ class ProcessRuns:
             return now >= deadline
 
         self._wait(local_id, timeout, over, cut_short)
-        return self.spool.run(local_id)
+        return self.spool.reading.run(local_id)
 
     def _wait(
         self,
@@ -269,7 +269,7 @@ class ProcessRuns:
         deadline = time.monotonic() + max(0.0, timeout)
         delay = 0.01
         while True:
-            run = self.spool.run(local_id)
+            run = self.spool.reading.run(local_id)
             if run is not None and done(run):
                 return True
             if run is not None and run.stopped:

@@ -77,7 +77,7 @@ def refused_setup(exc: PlatformError, what: str) -> StopDelivery:
 def stop_run(spool: Spool, run: RunRow, reason: str) -> None:
     """Record that the run's delivery stopped on ``reason``: it leaves the
     delivery list, open, with every episode it holds, until ``push``."""
-    spool.update_run(run.local_id, close_state="gave_up", last_error=reason)
+    spool.delivery.update_run(run.local_id, close_state="gave_up", last_error=reason)
     logger.error(
         "Run %s: delivery stopped: %s. Next: %s",
         shown(run.local_id),

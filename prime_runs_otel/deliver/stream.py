@@ -73,7 +73,7 @@ class EpisodeStream:
 
     def resume(self, run: RunRow) -> None:
         """Finish what an earlier attempt (or process) left open."""
-        for upload in self._spool.open_uploads(run.local_id):
+        for upload in self._spool.delivery.open_uploads(run.local_id):
             sink = self._resumers.get(upload.kind)
             if sink is not None:
                 sink.resume(run, upload)
@@ -108,7 +108,9 @@ class EpisodeStream:
         """One request's worth of the run's pending episodes (none: nothing pending)."""
         budget = TRACES_BATCH_BYTES if run.sink == "traces" else SAMPLES_BATCH_BYTES
         limit = self._narrowing.limit(run.local_id)
-        return self._spool.pending_episodes(run.local_id, max_bytes=budget, max_count=limit)
+        return self._spool.delivery.pending_episodes(
+            run.local_id, max_bytes=budget, max_count=limit
+        )
 
     def _sink_for(self, run: RunRow) -> Sink:
         """The run's sink. Every run starts on Prime Traces; one opted out of
@@ -116,6 +118,6 @@ class EpisodeStream:
         if run.sink == "traces" and not self._traces_opt_out:
             return self._traces
         if run.sink == "traces":
-            self._spool.update_run(run.local_id, sink="samples")
+            self._spool.delivery.update_run(run.local_id, sink="samples")
             self._lines.clear()
         return self._step_tables if run.kind == "train" else self._samples

@@ -75,7 +75,7 @@ class TrainingLifecycle:
             return
         # Read again after the owner check: the owner's config is committed in
         # the same transaction that registers it, so a fresh read sees it.
-        fresh = self._spool.run(run.local_id)
+        fresh = self._spool.reading.run(run.local_id)
         if fresh is not None:
             run = fresh
         identity = run.identity
@@ -102,14 +102,14 @@ class TrainingLifecycle:
         if run.create_state == "creating":
             fail_create(self._spool, run, _LOST_CREATE)
             return
-        if not self._spool.claim_create(run.local_id):
+        if not self._spool.delivery.claim_create(run.local_id):
             return
         rft = self._rft()
         try:
             answer = rft.create(payload)
         except PlatformError as exc:
             if exc.retryable and not exc.ambiguous:
-                self._spool.update_run(run.local_id, create_state="pending")
+                self._spool.delivery.update_run(run.local_id, create_state="pending")
                 raise
             fail_create(
                 self._spool,
@@ -131,14 +131,14 @@ class TrainingLifecycle:
         if run.config is not None or run.identity.attach is not None:
             return False
         local_id = run.local_id
-        if self._spool.producers(local_id, owners_only=True):
+        if self._spool.delivery.producers(local_id, owners_only=True):
             return False
-        return bool(self._spool.producers(local_id))
+        return bool(self._spool.delivery.producers(local_id))
 
     def _note_url(self, run: RunRow) -> None:
         """An attached run's dashboard address, which no create answer gave."""
         if run.platform_id is not None and run.url is None:
-            self._spool.update_run(run.local_id, url=self._rft().url_for(run.platform_id))
+            self._spool.delivery.update_run(run.local_id, url=self._rft().url_for(run.platform_id))
 
     # -- episodes and metrics ---------------------------------------------------------
 
@@ -171,7 +171,7 @@ class TrainingLifecycle:
         as logged goes exactly as it is stored, ``step`` and key order
         included, and at most once (``_post_once``)."""
         assert run.platform_id is not None
-        while rows := self._spool.pending_metrics(run.local_id):
+        while rows := self._spool.steps.pending_metrics(run.local_id):
             for row in rows:
                 if row.verbatim:
                     self._post_once(run, row)
@@ -186,13 +186,13 @@ class TrainingLifecycle:
         prime-rl's own monitor never sends one again, and is counted
         ``uncertain``. One that surely did not (refused connection, an
         overload answer) goes back to pending and waits for the platform."""
-        if not self._spool.begin_metrics(run.local_id, row):
+        if not self._spool.steps.begin_metrics(run.local_id, row):
             return
         try:
             self._post(run, row, json.loads(row.row))
         except PlatformError as exc:
             if exc.ambiguous:
-                self._spool.end_metrics(run.local_id, row, "uncertain")
+                self._spool.steps.end_metrics(run.local_id, row, "uncertain")
                 logger.warning(
                     "Run %s: a metrics row of step %d may or may not have reached the platform "
                     "(%s); it is not posted again, since a second copy would be a row of its "
@@ -202,7 +202,7 @@ class TrainingLifecycle:
                     exc,
                 )
                 return
-            self._spool.end_metrics(run.local_id, row, "pending")
+            self._spool.steps.end_metrics(run.local_id, row, "pending")
             raise
 
     def _post(self, run: RunRow, row: MetricsRow, values: dict[str, Any]) -> None:
@@ -214,8 +214,8 @@ class TrainingLifecycle:
                 raise
             if not about_content(exc):
                 raise refused_setup(exc, f"the metrics of step {row.step}") from exc
-            self._spool.end_metrics(run.local_id, row, "failed")
-            self._spool.update_run(run.local_id, last_error=f"metrics refused: {exc}")
+            self._spool.steps.end_metrics(run.local_id, row, "failed")
+            self._spool.delivery.update_run(run.local_id, last_error=f"metrics refused: {exc}")
             logger.error(
                 "Run %s: the metrics of step %d were refused for good (%s); they are "
                 "kept in the spool and counted as failed",
@@ -224,10 +224,10 @@ class TrainingLifecycle:
                 exc,
             )
             return
-        self._spool.end_metrics(run.local_id, row, "delivered")
+        self._spool.steps.end_metrics(run.local_id, row, "delivered")
 
     def _metrics_pending(self, run: RunRow) -> bool:
-        return bool(self._spool.metrics_counts(run.local_id).get("pending"))
+        return bool(self._spool.steps.metrics_counts(run.local_id).get("pending"))
 
     # -- closing --------------------------------------------------------------------
 

@@ -138,7 +138,7 @@ class Uploader:
             # Said by the process that writes the spool and delivers it, once:
             # a small disk refuses episodes early, and nothing else says why.
             self._said_disk = True
-            note = self._spool.small_disk_note()
+            note = self._spool.housekeeping.small_disk_note()
             if note is not None:
                 logger.warning("%s", note)
         self._stopping.clear()
@@ -207,7 +207,7 @@ class Uploader:
                 return
             try:
                 # Delivery needs room on the disk to free room on it (size.py).
-                self._spool.keep_room()
+                self._spool.housekeeping.keep_room()
                 self._deliver_runs(only)
             finally:
                 # Here rather than in whichever commit crosses SQLite's threshold,
@@ -217,7 +217,7 @@ class Uploader:
     def _deliver_runs(self, only: Sequence[str] | None) -> None:
         runs = [
             run
-            for run in self._spool.runs_to_deliver_or_close()
+            for run in self._spool.delivery.runs_to_deliver_or_close()
             if only is None or run.local_id in only
         ]
         if self._workers > 1 and len(runs) > 1:
@@ -321,7 +321,7 @@ class Uploader:
         """Record why the run waits as its ``last_error`` (``show``, the
         run's result), until it gets through."""
         try:
-            self._spool.update_run(local_id, last_error=reason)
+            self._spool.delivery.update_run(local_id, last_error=reason)
         except Exception as exc:  # the note is a courtesy: delivery goes on
             logger.debug("could not record the error on run %s: %s", local_id, exc)
             return
@@ -330,7 +330,7 @@ class Uploader:
     def _clear_note(self, local_id: str) -> None:
         if local_id in self._noted:
             self._noted.discard(local_id)
-            self._spool.update_run(local_id, last_error=None)
+            self._spool.delivery.update_run(local_id, last_error=None)
 
     def _resend_inherited(self, run: RunRow) -> None:
         """Uploads the previous owner of the run's partition began: sent
@@ -339,7 +339,7 @@ class Uploader:
         one it stored instead of storing it twice."""
         assert self._owner is not None
         for upload_id, episode_ids in self._owner.inherited_uploads(run.local_id):
-            rows = self._spool.pending_in_order(run.local_id, episode_ids)
+            rows = self._spool.handover.pending_in_order(run.local_id, episode_ids)
             if len(rows) != len(episode_ids):
                 logger.warning(
                     "Run %s: %d of the %d episodes of upload %s of the previous owner are not "
@@ -367,13 +367,15 @@ class Uploader:
             run = end_if_crashed(self._spool, run, self._idle_timeout)
         if run.mode != "online":
             if run.end_status is not None:
-                self._spool.update_run(run.local_id, close_state="closed", closed_at=time.time())
+                self._spool.delivery.update_run(
+                    run.local_id, close_state="closed", closed_at=time.time()
+                )
             return
         if run.create_state == "failed":
             # Refused for good before it existed: once ended, nothing more
             # will happen to it without `push`, so it leaves the delivery list.
             if run.end_status is not None and run.close_state != "gave_up":
-                self._spool.update_run(run.local_id, close_state="gave_up")
+                self._spool.delivery.update_run(run.local_id, close_state="gave_up")
             return
         if run.create_state in ("pending", "creating"):
             if self._owner is not None and self._owner.hold_create(run.local_id):

@@ -312,7 +312,7 @@ class ViewerApp:
         views = pages.sort_runs(views, sort, order)
         filters = {key: value for key, value in params.items() if value}
         reading = self._reader.reading if self._reader is not None else None
-        empty = not views and not self._spool.runs()
+        empty = not views and not self._spool.reading.runs()
         return _page(
             pages.runs_page(
                 views,
@@ -364,7 +364,7 @@ class ViewerApp:
     def _record(self, request: Request) -> Response:
         run = self._run_key(request)
         episode_id = segment(request.path_params["episode"])
-        found = self._spool.episode(run.local_id, episode_id)
+        found = self._spool.reading.episode(run.local_id, episode_id)
         if found is None or found[1] is None:
             raise NotFound(
                 f"Run {shown(run.local_id[:12], 20)} keeps no record of episode "
@@ -411,7 +411,7 @@ class ViewerApp:
             "failed": view["failed"],
             "avg_reward": summary.get("avg_reward"),
             "avg_error": summary.get("avg_error"),
-            "unread": self._spool.unread_count(run.local_id),
+            "unread": self._spool.reading.unread_count(run.local_id),
         }
 
     def _static(self, request: Request) -> Response:

@@ -38,14 +38,16 @@ def chart_data(spool: Spool, run: RunRow) -> dict[str, Any]:
 
 
 def _episode_series(spool: Spool, run: RunRow) -> list[dict[str, Any]]:
-    if run.kind == "train" and spool.has_series(run.local_id, STEP_AXIS):
-        series = series_of(spool.series(run.local_id, STEP_AXIS), block=0, max_points=MAX_POINTS)
+    if run.kind == "train" and spool.reading.has_series(run.local_id, STEP_AXIS):
+        series = series_of(
+            spool.reading.series(run.local_id, STEP_AXIS), block=0, max_points=MAX_POINTS
+        )
     elif run.episodes:
         block = next(
             (axis for axis in EPISODE_AXES if run.episodes / axis <= MAX_SERIES_ROWS),
             EPISODE_AXES[-1],
         )
-        points = spool.series(run.local_id, block)
+        points = spool.reading.series(run.local_id, block)
         if not points:
             return []
         series = series_of(points, block=block, max_points=MAX_POINTS)
@@ -67,7 +69,7 @@ def _episode_series(spool: Spool, run: RunRow) -> list[dict[str, Any]]:
 def _metrics_rows(spool: Spool, run_id: str) -> list[dict[str, Any]]:
     """Every numeric value of the run's metrics rows by step (every n-th row
     past :data:`MAX_POINTS` rows, the last one always), with its time."""
-    rows = spool.metrics_rows(run_id)
+    rows = spool.reading.metrics_rows(run_id)
     every = max(1, -(-len(rows) // MAX_POINTS))
     steps: list[int] = []
     times: list[float | None] = []

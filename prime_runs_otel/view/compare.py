@@ -53,15 +53,17 @@ class CompareData:
 
 
 def compare_data(spool: Spool, runs: list[RunRow]) -> CompareData:
-    buckets = [spool.histogram(run.local_id, "reward") for run in runs]
+    buckets = [spool.reading.histogram(run.local_id, "reward") for run in runs]
     values = [value for found in buckets for value, count in found if count]
     span = (min(values), max(values)) if values else None
     views = [run_view(spool, run) for run in runs]
     names = sorted({name for view in views for name in (view["summary"].get("avg_metrics") or {})})
     first = runs[0]
-    every = max(1, -(-spool.example_count(first.local_id) // MAX_EXAMPLES))
+    every = max(1, -(-spool.reading.example_count(first.local_id) // MAX_EXAMPLES))
     examples = [
-        _examples(other, spool.example_pairs(first.local_id, other.local_id, every=every), every)
+        _examples(
+            other, spool.reading.example_pairs(first.local_id, other.local_id, every=every), every
+        )
         for other in runs[1:]
     ]
     return CompareData(

@@ -136,7 +136,7 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
     plan = _plan(spool, run, query)
     total = plan.total
     if total is None:
-        total = spool.episode_count(
+        total = spool.reading.episode_count(
             run.local_id, query.where, sort=query.sort, index=plan.count_index
         )
     pages = max(1, -(-total // PAGE_SIZE))
@@ -148,7 +148,7 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
         )
         query = replace(query, page=pages)
     offset = (query.page - 1) * PAGE_SIZE
-    rows = spool.episode_rows(
+    rows = spool.reading.episode_rows(
         run.local_id,
         query.where,
         sort=query.sort,
@@ -162,8 +162,8 @@ def episode_table(spool: Spool, run: RunRow, query: TableQuery) -> EpisodeTable:
         rows=rows,
         total=total,
         pages=pages,
-        error_types=[group.error_type for group in spool.error_groups(run.local_id)],
-        positions=spool.episode_positions(
+        error_types=[group.error_type for group in spool.reading.error_groups(run.local_id)],
+        positions=spool.reading.episode_positions(
             run.local_id, [row.seq for row in rows], rows=run.episodes
         ),
         clamped=clamped,
@@ -222,19 +222,19 @@ def _plan(spool: Spool, run: RunRow, query: TableQuery) -> _Plan:
         if query.sort == "arrival":
             counted = run.episodes
         else:
-            counted = sum(count for _, count in spool.histogram(run.local_id, query.sort))
+            counted = sum(count for _, count in spool.reading.histogram(run.local_id, query.sort))
         if where.error == "none":  # the others, less the failures (and those without facts)
-            counted -= spool.episode_count(
+            counted -= spool.reading.episode_count(
                 run.local_id,
                 EpisodeFilter(error="any"),
                 sort=query.sort,
                 index="episodes_failed",
             )
             if query.sort == "arrival":
-                counted -= sum(spool.facts_missing(run.local_id))
+                counted -= sum(spool.reading.facts_missing(run.local_id))
         return _Plan(sort_index, sort_index, max(0, counted))
     for name, (low, high) in ranges.items():
-        if _share(spool.histogram(run.local_id, name), low, high) < _NARROW:
+        if _share(spool.reading.histogram(run.local_id, name), low, high) < _NARROW:
             return _Plan(_INDEX_OF[name], _INDEX_OF[name])
     counter = _INDEX_OF[next(iter(ranges))] if ranges else sort_index
     return _Plan(sort_index, counter)
@@ -366,11 +366,11 @@ def episode_detail(
 ) -> EpisodeDetail | None:
     """``None`` when the run has no such episode. The texts shown fit in
     ``budget`` bytes of page, whatever the record holds."""
-    found = spool.episode(run.local_id, episode_id)
+    found = spool.reading.episode(run.local_id, episode_id)
     if found is None:
         return None
     row, body = found
-    previous, following = spool.episode_neighbours(run.local_id, row.seq)
+    previous, following = spool.reading.episode_neighbours(run.local_id, row.seq)
     detail = EpisodeDetail(row=row, previous=previous, following=following, budget=budget)
     export = f"prime-runs-otel export {run.local_id[:12]} --what episodes"
     if body is None:

@@ -27,10 +27,10 @@ Progress = Callable[[int, int], None]
 
 def read_older_episodes(spool: Spool, run_id: str, progress: Progress | None = None) -> int:
     """Read every episode of ``run_id`` not read yet; returns how many."""
-    total = spool.unread_count(run_id)
+    total = spool.reading.unread_count(run_id)
     done = 0
     while done < total:
-        read = spool.read_stored(run_id)
+        read = spool.reading.read_stored(run_id)
         if not read:
             break
         done += read
@@ -61,9 +61,9 @@ class OlderRunsReader:
 
     def _read_all(self) -> None:
         try:
-            for run_id in self._spool.runs_with_unread():
+            for run_id in self._spool.reading.runs_with_unread():
                 self.reading = run_id
-                while not self._stopping.is_set() and self._spool.read_stored(run_id):
+                while not self._stopping.is_set() and self._spool.reading.read_stored(run_id):
                     pass
                 if self._stopping.is_set():
                     return

@@ -42,18 +42,18 @@ class RunData:
 
 
 def run_distributions(spool: Spool, run_id: str) -> dict[str, Distribution | None]:
-    return {name: distribution(spool.histogram(run_id, name)) for name in HISTOGRAMS}
+    return {name: distribution(spool.reading.histogram(run_id, name)) for name in HISTOGRAMS}
 
 
 def run_data(spool: Spool, run: RunRow, *, with_series: bool = True) -> RunData:
     """``with_series``: also the series over the run (the run page reads
     them from its charts' own address instead)."""
-    unread, bodiless = spool.facts_missing(run.local_id)
+    unread, bodiless = spool.reading.facts_missing(run.local_id)
     return RunData(
         run=run,
         view=run_view(spool, run),
         distributions=run_distributions(spool, run.local_id),
-        errors=spool.error_groups(run.local_id),
+        errors=spool.reading.error_groups(run.local_id),
         series=run_series(spool, run) if with_series else None,
         step_metrics=step_metrics(spool, run.local_id)
         if with_series and run.kind == "train"
@@ -67,15 +67,15 @@ def run_series(spool: Spool, run: RunRow) -> Series | None:
     """By step for a training run whose episodes name their step, else by
     the finest blocks of episodes that keep the read small (a run of N
     episodes has about N / block points on each axis)."""
-    if run.kind == "train" and spool.has_series(run.local_id, STEP_AXIS):
-        return series_of(spool.series(run.local_id, STEP_AXIS), block=0)
+    if run.kind == "train" and spool.reading.has_series(run.local_id, STEP_AXIS):
+        return series_of(spool.reading.series(run.local_id, STEP_AXIS), block=0)
     if not run.episodes:
         return None
     block = next(
         (axis for axis in EPISODE_AXES if run.episodes / axis <= MAX_SERIES_ROWS),
         EPISODE_AXES[-1],
     )
-    points = spool.series(run.local_id, block)
+    points = spool.reading.series(run.local_id, block)
     return series_of(points, block=block) if points else None
 
 
@@ -84,7 +84,7 @@ def step_metrics(
 ) -> dict[str, tuple[tuple[int, float], ...]]:
     """Every numeric value of the run's metrics rows, by step: every n-th
     row past ``max_points`` rows (the last one always)."""
-    rows = spool.metrics_rows(run_id)
+    rows = spool.reading.metrics_rows(run_id)
     every = max(1, -(-len(rows) // max_points))
     chosen = [row for index, row in enumerate(rows) if index % every == 0 or index == len(rows) - 1]
     found: dict[str, list[tuple[int, float]]] = {}

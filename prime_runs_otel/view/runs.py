@@ -57,9 +57,9 @@ def run_state(run: RunRow, pending: int, delivering: bool = True) -> str:
 def run_view(spool: Spool, run: RunRow) -> dict[str, Any]:
     """A run as every command prints it in ``--json`` (the keys are documented
     in docs/cli.md and stay stable)."""
-    waiting = spool.waiting_count(run)
+    waiting = spool.reading.waiting_count(run)
     local = run.mode == "local"
-    state = run_state(run, waiting, spool.delivery_alive())
+    state = run_state(run, waiting, spool.reading.delivery_alive())
     return {
         "id": run.local_id,
         "name": run.name,
@@ -122,9 +122,11 @@ def select_runs(
     """Runs newest first, filtered; a status filter matches ``status`` or ``state``."""
     chosen = []
     now = time.time()
-    delivering = spool.delivery_alive()
-    for row in spool.runs():
-        state = run_state(row, spool.pending_count(row.local_id) if row.closed else 0, delivering)
+    delivering = spool.reading.delivery_alive()
+    for row in spool.reading.runs():
+        state = run_state(
+            row, spool.reading.pending_count(row.local_id) if row.closed else 0, delivering
+        )
         if statuses and not {row.end_status or "running", state} & set(statuses):
             continue
         if kind and row.kind != kind:
@@ -142,10 +144,10 @@ def select_runs(
 def runs_named(spool: Spool, key: str) -> list[RunRow]:
     """The runs ``key`` names: by id, platform id or a unique prefix of
     either (one run), else by exact name (as many as share it)."""
-    run = spool.find_run(key)
+    run = spool.reading.find_run(key)
     if run is not None:
         return [run]
-    return [row for row in spool.runs() if row.name == key]
+    return [row for row in spool.reading.runs() if row.name == key]
 
 
 def run_about(run: RunRow) -> str:

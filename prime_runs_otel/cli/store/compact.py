@@ -19,14 +19,14 @@ from .lookup import open_spool
 
 def cmd_compact(args: argparse.Namespace) -> int:
     _, spool = open_spool(args.spool_dir)
-    if spool.delivery_alive() and not args.force:
+    if spool.reading.delivery_alive() and not args.force:
         raise UsageError(
             f"a process is recording or delivering from {spool.path} right now, and compacting "
             "makes it wait until done; run compact once it has finished "
             "(`prime-runs-otel runs` shows what is recording), or pass --force"
         )
-    before, free = file_bytes(spool), spool.free_bytes()
-    gave_back_before = spool.gives_back_space()
+    before, free = file_bytes(spool), spool.housekeeping.free_bytes()
+    gave_back_before = spool.housekeeping.gives_back_space()
     _check_room(spool, before - free)
     if not args.json:
         print(
@@ -35,7 +35,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    spool.compact()
+    spool.housekeeping.compact()
     after = file_bytes(spool)
     report = {"spool": str(spool.path), "bytes_before": before, "bytes_after": after}
     if args.json:
@@ -67,7 +67,7 @@ def file_bytes(spool: Spool) -> int:
 def _check_room(spool: Spool, used: int) -> None:
     """Compacting writes a copy of what the spool holds before the old file
     goes: a disk without that much room would fail half-way."""
-    disk_free = spool.disk_free()
+    disk_free = spool.housekeeping.disk_free()
     if disk_free is not None and disk_free < used:
         raise UsageError(
             f"compacting needs about {human_bytes(used)} free on the disk of {spool.path} "

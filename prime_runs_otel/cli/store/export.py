@@ -48,7 +48,7 @@ def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
         out.write(json.dumps(run_summary(run), indent=2, sort_keys=True) + "\n")
         return EXIT_OK
     if what == "metrics":
-        for metrics in spool.metrics_rows(run.local_id):
+        for metrics in spool.reading.metrics_rows(run.local_id):
             out.write(metrics.row.strip() + "\n")
             if stdout_gone():
                 break
@@ -56,7 +56,7 @@ def _export(spool: Spool, run: RunRow, what: str, out: Any) -> int:
     progress = Progress(f"exporting {what}", run.episodes, sys.stderr)
     platform_id = run.platform_id or run.local_id
     damaged: list[str] = []
-    for episode in spool.iter_episodes(run.local_id):
+    for episode in spool.reading.iter_episodes(run.local_id):
         try:
             text = _projected(episode, platform_id, run.kind, what)
         except Exception as exc:  # a stored record is outside input: it costs only itself

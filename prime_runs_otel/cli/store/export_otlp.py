@@ -94,12 +94,12 @@ def export_otlp(spool: Spool, run: RunRow, endpoint: str) -> int:
     progress = Progress(f"sending spans to {endpoint}", run.episodes, sys.stderr)
     try:
         emit_run_start(tracer, run.config or {})
-        for metrics in spool.metrics_rows(run.local_id):
+        for metrics in spool.reading.metrics_rows(run.local_id):
             values = json.loads(metrics.row)
             if not metrics.verbatim:
                 values.pop("_timestamp", None)
             emit_metrics(tracer, values, step=metrics.step, verbatim=metrics.verbatim)
-        for episode in spool.iter_episodes(run.local_id):
+        for episode in spool.reading.iter_episodes(run.local_id):
             record_episode(tracer, fast_loads(episode.record), capture_content=True)
             sent += 1
             progress.advance()

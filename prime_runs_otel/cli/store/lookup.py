@@ -174,7 +174,7 @@ def _prefixed(spool: Spool, key: str) -> list[RunRow]:
     ambiguous prefix could have meant, for the user to pick from."""
     return [
         row
-        for row in spool.runs()
+        for row in spool.reading.runs()
         if row.local_id.startswith(key) or (row.platform_id or "").startswith(key)
     ]
 
@@ -182,7 +182,7 @@ def _prefixed(spool: Spool, key: str) -> list[RunRow]:
 def note_damaged(spool: Spool) -> int:
     """Name, on stderr, every run whose row cannot be read back (left out of
     what a command lists or does); returns how many there are."""
-    damaged = spool.damaged_runs()
+    damaged = spool.reading.damaged_runs()
     for exc in damaged:
         print(one_line(f"note: {exc}"), file=sys.stderr)
     return len(damaged)

@@ -45,12 +45,12 @@ def _push_targets(args: argparse.Namespace, spool: Spool) -> list[RunRow]:
     if args.runs:
         return [find(spool, key) for key in args.runs]
     if not args.all:
-        waiting = [row for row in spool.runs() if _pushable(row)]
+        waiting = [row for row in spool.reading.runs() if _pushable(row)]
         raise UsageError(
             "say which runs to push: `prime-runs-otel push RUN...`, or `push --all` for the "
             f"{len(waiting)} run(s) not yet on the platform (`push --all --dry-run` lists them)"
         )
-    return [row for row in spool.runs() if _pushable(row)]
+    return [row for row in spool.reading.runs() if _pushable(row)]
 
 
 def _pushable(row: RunRow) -> bool:
@@ -77,7 +77,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     if not targets:
         _report([], skipped, spool, as_json=args.json, note="nothing to push")
         return EXIT_OK
-    spool.keep_room()  # on a full disk, the spool's reserve is for delivering it
+    spool.housekeeping.keep_room()  # on a full disk, the spool's reserve is for delivering it
     for run in ready:
         if amend:
             identity = dataclasses.replace(
@@ -85,23 +85,26 @@ def cmd_push(args: argparse.Namespace) -> int:
                 environments=tuple(args.environment or run.identity.environments),
                 model=args.model or run.identity.model,
             )
-            spool.update_run(run.local_id, identity=identity.to_json())
+            spool.delivery.update_run(run.local_id, identity=identity.to_json())
         if run.mode != "online":
-            spool.set_mode(run.local_id, "online")
-            spool.keep_records(run.local_id, not args.drop_local)
+            spool.delivery.set_mode(run.local_id, "online")
+            spool.delivery.keep_records(run.local_id, not args.drop_local)
         elif args.drop_local:
-            spool.keep_records(run.local_id, False)
-        spool.reopen_failed(run.local_id)
+            spool.delivery.keep_records(run.local_id, False)
+        spool.delivery.reopen_failed(run.local_id)
         # What went wrong last time is history once the run is tried again.
-        spool.update_run(run.local_id, last_error=None)
+        spool.delivery.update_run(run.local_id, last_error=None)
     ids = [run.local_id for run in ready]
     _deliver(spool, settings, ids, args.timeout)
-    rows = [row for row in (spool.run(key) for key in ids) if row is not None]
+    rows = [row for row in (spool.reading.run(key) for key in ids) if row is not None]
     _report(rows, skipped, spool, as_json=args.json)
     incomplete = (
         bool(skipped)
         or bool(damaged)
-        or any(spool.pending_count(row.local_id) or row.failed or not row.closed for row in rows)
+        or any(
+            spool.reading.pending_count(row.local_id) or row.failed or not row.closed
+            for row in rows
+        )
     )
     return EXIT_INCOMPLETE if incomplete else EXIT_OK
 
@@ -109,16 +112,16 @@ def cmd_push(args: argparse.Namespace) -> int:
 def _deliver(spool: Spool, settings: Settings, ids: list[str], timeout: float) -> None:
     if not ids:
         return
-    total = sum(spool.pending_count(key) for key in ids)
+    total = sum(spool.reading.pending_count(key) for key in ids)
     uploader = Uploader(spool, settings.with_mode("online"))
     progress = Progress("pushing episodes", total)
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             uploader.deliver_once(only=ids)
-            left = sum(spool.pending_count(key) for key in ids)
+            left = sum(spool.reading.pending_count(key) for key in ids)
             progress.advance(max(0, total - left - progress.done))
-            if all(_push_done(spool, spool.run(key)) for key in ids):
+            if all(_push_done(spool, spool.reading.run(key)) for key in ids):
                 break
             time.sleep(0.2)
     finally:
@@ -131,7 +134,7 @@ def _push_done(spool: Spool, run: RunRow | None) -> bool:
     still running elsewhere with nothing pending."""
     if run is None or run.settled or run.stopped:
         return True
-    return run.end_status is None and spool.pending_count(run.local_id) == 0
+    return run.end_status is None and spool.reading.pending_count(run.local_id) == 0
 
 
 def _print_dry_run(

@@ -27,7 +27,9 @@ def _live(spool: Spool, run: RunRow) -> bool:
         return not run.closed
     if run.settled or run.stopped:
         return False
-    return run_state(run, spool.waiting_count(run), spool.delivery_alive()) != "paused"
+    return (
+        run_state(run, spool.reading.waiting_count(run), spool.reading.delivery_alive()) != "paused"
+    )
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
@@ -50,10 +52,12 @@ def cmd_rm(args: argparse.Namespace) -> int:
         )
     removed: list[dict[str, Any]] = []
     for run in runs:
-        episodes = spool.delete_run(run.local_id)
+        episodes = spool.housekeeping.delete_run(run.local_id)
         removed.append({"id": run.local_id, "name": run.name, "episodes": episodes})
     for local_id in damaged:
-        removed.append({"id": local_id, "name": None, "episodes": spool.delete_run(local_id)})
+        removed.append(
+            {"id": local_id, "name": None, "episodes": spool.housekeeping.delete_run(local_id)}
+        )
     space = _give_back_space(spool)
     if args.json:
         print_json({"removed": removed, **space})
@@ -71,11 +75,11 @@ def _give_back_space(spool: Spool) -> dict[str, int]:
     ``compact`` measures them: :func:`.compact.file_bytes`), and the free
     pages left in it."""
     before = file_bytes(spool)
-    spool.give_back_space()
+    spool.housekeeping.give_back_space()
     return {
         "bytes_before": before,
         "bytes_after": file_bytes(spool),
-        "free_bytes": spool.free_bytes(),
+        "free_bytes": spool.housekeeping.free_bytes(),
     }
 
 
@@ -83,7 +87,7 @@ def _print_space(spool: Spool, space: dict[str, int]) -> None:
     given, now = space["bytes_before"] - space["bytes_after"], space["bytes_after"]
     if given > 0:
         print(f"the spool file shrank by {human_bytes(given)} (now {human_bytes(now)})")
-    if space["free_bytes"] >= COMPACT_HINT_BYTES and not spool.gives_back_space():
+    if space["free_bytes"] >= COMPACT_HINT_BYTES and not spool.housekeeping.gives_back_space():
         print(
             f"{human_bytes(space['free_bytes'])} of free pages stay in the spool file (created by "
             "an earlier release): `prime-runs-otel compact` gives them back to the disk"
@@ -107,7 +111,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     items = [{"id": row.local_id, "name": row.name, "episodes": row.episodes} for row in rows]
     if not args.dry_run:
         for row in rows:
-            spool.delete_run(row.local_id)
+            spool.housekeeping.delete_run(row.local_id)
     space = {} if args.dry_run else _give_back_space(spool)
     if args.json:
         print_json({"would_remove" if args.dry_run else "removed": items, **space})
@@ -131,9 +135,9 @@ def _prune_bodies(spool: Spool, rows: list[RunRow], *, dry_run: bool, as_json: b
         if row.mode != "online":
             continue  # a local run's bodies are its only copy
         if dry_run:
-            count, size = spool.delivered_bodies(row.local_id)
+            count, size = spool.housekeeping.delivered_bodies(row.local_id)
         else:
-            count, size = spool.drop_delivered_bodies(row.local_id)
+            count, size = spool.housekeeping.drop_delivered_bodies(row.local_id)
         if count:
             items.append({"id": row.local_id, "name": row.name, "bodies": count, "bytes": size})
     space = {} if dry_run else _give_back_space(spool)

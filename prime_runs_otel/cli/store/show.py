@@ -13,11 +13,12 @@ import contextlib
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..._text import one_line
 from ...deliver.crashed import end_runs_of_dead_producers
-from ...deliver.spool import RunRow, Spool, SpoolError
+from ...deliver.spool import ErrorGroup, RunRow, Spool, SpoolError
 from ...view.distributions import Distribution, distribution
 from ...view.older import read_older_episodes
 from ...view.run_data import run_distributions
@@ -27,6 +28,9 @@ from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import human_bytes, print_json, stdout_gone
 from .lookup import find, open_store
 from .training import training_lines, training_view, with_training
+
+#: How ``print_show`` prints one labelled line.
+_Line = Callable[[str, str], None]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -78,6 +82,19 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
     def line(label: str, text: str) -> None:
         print(f"{label:<11} {one_line(str(text))}", file=stream)
 
+    _print_state(run, view, line)
+    training = training_view(spool, run)
+    if training is not None:
+        for label, text in training_lines(training):
+            line(label, text)
+    _print_outcomes(spool, run, view["summary"], line, stream)
+    _print_errors(spool.reading.error_groups(run.local_id), line, stream)
+    _print_next(run, view, line)
+    line("spool", f"{spool.path} ({human_bytes(spool.housekeeping.size_bytes())})")
+
+
+def _print_state(run: RunRow, view: dict[str, Any], line: _Line) -> None:
+    """Which run, where it stands, and what became of its episodes."""
     line("run", f"{run.local_id}" + (f"  ({run.name})" if run.name else ""))
     line("what", run_about(run))
     where = {
@@ -102,11 +119,12 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
             f"{run.late} arrived after the run was closed · {run.late_refused} of them refused "
             "by the platform (late and undelivered)",
         )
-    training = training_view(spool, run)
-    if training is not None:
-        for label, text in training_lines(training):
-            line(label, text)
-    summary = view["summary"]
+
+
+def _print_outcomes(
+    spool: Spool, run: RunRow, summary: dict[str, Any], line: _Line, stream: TextIO
+) -> None:
+    """The run's error rate, rewards and metrics, and how its episodes spread."""
     if run.episodes:
         line("error rate", f"{100 * float(summary.get('avg_error', 0.0)):.1f} %")
     if "avg_reward" in summary:
@@ -118,7 +136,7 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
         for name, value in sorted(metrics.items()):
             print(f"  {name:<{width}}  {value:>10.4f}", file=stream)
     shapes = run_distributions(spool, run.local_id)
-    rewards = distribution(spool.histogram(run.local_id, "reward"), bins=10)
+    rewards = distribution(spool.reading.histogram(run.local_id, "reward"), bins=10)
     if rewards is not None and rewards.count > 1:
         line("rewards", f"histogram of {rewards.count} episode(s)")
         for text in histogram(rewards):
@@ -131,19 +149,27 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
                 f"p50 {shape.p50:g}{unit} · p90 {shape.p90:g}{unit} · "
                 f"p99 {shape.p99:g}{unit} · max {shape.high:g}{unit}",
             )
-    groups = spool.error_groups(run.local_id)
-    if groups:
-        line("errors", "by type (an example episode each)")
-        width = min(40, max(len(group.error_type) for group in groups))
-        for group in groups[:10]:
-            print(
-                one_line(
-                    f"  {group.error_type[:40]:<{width}}  {group.count:>7}  e.g. {group.example_id}"
-                ),
-                file=stream,
-            )
-        if len(groups) > 10:
-            print(f"  ... and {len(groups) - 10} more type(s): prime-runs-otel ui", file=stream)
+
+
+def _print_errors(groups: list[ErrorGroup], line: _Line, stream: TextIO) -> None:
+    """The run's failures by error type, an example episode each."""
+    if not groups:
+        return
+    line("errors", "by type (an example episode each)")
+    width = min(40, max(len(group.error_type) for group in groups))
+    for group in groups[:10]:
+        print(
+            one_line(
+                f"  {group.error_type[:40]:<{width}}  {group.count:>7}  e.g. {group.example_id}"
+            ),
+            file=stream,
+        )
+    if len(groups) > 10:
+        print(f"  ... and {len(groups) - 10} more type(s): prime-runs-otel ui", file=stream)
+
+
+def _print_next(run: RunRow, view: dict[str, Any], line: _Line) -> None:
+    """Where the run is on the platform, how it ended, and what to do next."""
     if run.platform_id:
         line("platform", run.platform_id + (f"  {run.url}" if run.url else ""))
     if run.end_error:
@@ -155,7 +181,6 @@ def print_show(spool: Spool, run: RunRow, out: TextIO | None = None) -> None:
     elif view["state"] == "stored" and run.episodes:
         line("next", f"prime-runs-otel push {run.local_id[:12]}  (once you have a key)")
     line("created", view["created_at"])
-    line("spool", f"{spool.path} ({human_bytes(spool.size_bytes())})")
 
 
 def _follow_line(view: dict[str, Any], rate: float) -> str:
@@ -185,7 +210,7 @@ def follow(spool: Spool, local_id: str, *, interval: float, as_json: bool) -> in
     while True:
         with contextlib.suppress(SpoolError, sqlite3.Error):  # a spool it cannot write
             end_runs_of_dead_producers(spool)  # its producer may die while followed
-        run = spool.run(local_id)
+        run = spool.reading.run(local_id)
         if run is None:
             raise UsageError(f"run {local_id} was removed from {spool.path}")
         view = run_view(spool, run)

@@ -20,7 +20,7 @@ def training_view(spool: Spool, run: RunRow) -> dict[str, Any] | None:
     ``training`` key, documented in docs/cli.md)."""
     if run.kind != "train":
         return None
-    steps = [(row.step, _metrics(row.row)) for row in spool.metrics_rows(run.local_id)]
+    steps = [(row.step, _metrics(row.row)) for row in spool.reading.metrics_rows(run.local_id)]
     view: dict[str, Any] = {"steps": len(steps), "last_step": None, "loss": None, "reward": None}
     if not steps:
         return view

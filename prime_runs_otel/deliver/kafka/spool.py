@@ -7,17 +7,36 @@ finalize."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 
 from ..backoff import Backoff
 from ..platform.http import PlatformError
-from ..spool import Spool
+from ..spool import Spool, SpoolDelivery
+from ..spool.core import SpoolCore
 from .owner import NotOwned, RunOwner
 
 
 class FleetSpool(Spool):
     def __init__(self, path: str | Path, owner: RunOwner, **options: object) -> None:
         super().__init__(path, **options)  # type: ignore[arg-type]
+        self.owner = owner
+
+    @cached_property
+    def delivery(self) -> FleetDelivery:
+        return FleetDelivery(self, self.owner)
+
+    def adopt(self, local_id: str, **values: object) -> None:
+        """What another member did with the run, written without the gate
+        (the consumer loop applies it; nothing goes out)."""
+        SpoolDelivery.update_run(self.delivery, local_id, **values)
+
+
+class FleetDelivery(SpoolDelivery):
+    """The spool's delivery facet with the owner's gate in front."""
+
+    def __init__(self, core: SpoolCore, owner: RunOwner) -> None:
+        super().__init__(core)
         self.owner = owner
 
     def begin_traces_upload(
@@ -46,11 +65,6 @@ class FleetSpool(Spool):
                 self.owner.record(local_id, "close")
             except NotOwned as exc:
                 raise Backoff(PlatformError(f"not finalized: {exc}"), delay=1.0) from exc
-        super().update_run(local_id, **values)
-
-    def adopt(self, local_id: str, **values: object) -> None:
-        """What another member did with the run, written without the gate
-        (the consumer loop applies it; nothing goes out)."""
         super().update_run(local_id, **values)
 
     def _episode_ids(self, seqs: Sequence[int]) -> list[str]:

@@ -40,7 +40,7 @@ def fail_unsendable(spool: Spool, run: RunRow, episode: EpisodeRow, exc: BaseExc
         f"episode {episode.episode_id} cannot be sent as stored ({type(exc).__name__}: "
         f"{exc}); the spool keeps it for inspection"
     )
-    spool.fail_episodes(run.local_id, [episode.seq], reason)
+    spool.delivery.fail_episodes(run.local_id, [episode.seq], reason)
     logger.error("Run %s: %s; counted as failed", shown(run.local_id), shown(reason))
 
 
@@ -50,7 +50,7 @@ def refused_late(spool: Spool, run: RunRow, seqs: Sequence[int], exc: PlatformEr
     run takes no more (a 409), or the request failed on the set-up. A closed
     run is not stopped for ``push`` as an open one is (it is over on the
     platform), so they fail, counted ``late_refused``, kept in the spool."""
-    spool.fail_episodes(run.local_id, seqs, f"late for the closed run, and refused: {exc}")
+    spool.delivery.fail_episodes(run.local_id, seqs, f"late for the closed run, and refused: {exc}")
     logger.error(
         "Run %s: %d episode(s) that arrived after the run was closed were refused (%s); they "
         "are counted as late_refused and kept in the spool",
@@ -72,9 +72,9 @@ def narrow(
     content, so nothing of it was stored: its episodes go back to pending,
     and the run's next requests carry half as many, until the episode
     responsible is alone."""
-    sent = len(spool.upload_episode_seqs(upload_id))
+    sent = len(spool.delivery.upload_episode_seqs(upload_id))
     narrowing.refused(run.local_id, sent)
-    spool.release_upload(upload_id)
+    spool.delivery.release_upload(upload_id)
     logger.info(
         "Run %s: %s of %d episodes was refused (%s); retrying in halves to isolate the "
         "episode responsible",

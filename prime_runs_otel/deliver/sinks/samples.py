@@ -75,7 +75,7 @@ class SamplesSink:
                 try:
                     chunks = batch_sample_rows(rows)
                 except SampleTooLargeError as exc:
-                    self._spool.fail_episodes(run.local_id, [episode.seq], str(exc))
+                    self._spool.delivery.fail_episodes(run.local_id, [episode.seq], str(exc))
                     logger.error("Run %s: %s; counted as failed", run.local_id, exc)
                     continue
                 requests.extend(([episode.seq], chunk) for chunk in chunks)
@@ -89,7 +89,7 @@ class SamplesSink:
         if current_rows:
             requests.append((current_seqs, current_rows))
         if empty:
-            self._spool.deliver_without_request(empty)
+            self._spool.delivery.deliver_without_request(empty)
         for seqs, rows in requests:
             if not self._send(run, seqs, rows):
                 return  # narrowed: the rest goes in smaller requests
@@ -97,7 +97,9 @@ class SamplesSink:
     def resume(self, run: RunRow, upload: UploadRow) -> None:
         """A request that was under way when delivery stopped is not sent
         again: it may have been stored."""
-        count = self._spool.end_samples_request(run.local_id, upload.upload_id, "uncertain")
+        count = self._spool.delivery.end_samples_request(
+            run.local_id, upload.upload_id, "uncertain"
+        )
         logger.warning(
             "Run %s: %d episode(s) were being sent to the sample table when delivery "
             "stopped; they may or may not be stored, and are not sent again "
@@ -111,7 +113,7 @@ class SamplesSink:
             return episode_sample_rows(fast_loads(episode.record), episode.rollout_number or 1)
         except Exception as exc:
             reason = f"episode {episode.episode_id} has no sample projection: {exc}"
-            self._spool.fail_episodes(run.local_id, [episode.seq], reason)
+            self._spool.delivery.fail_episodes(run.local_id, [episode.seq], reason)
             logger.error("Run %s: %s; counted as failed", run.local_id, reason)
             return None
 
@@ -121,13 +123,15 @@ class SamplesSink:
         evals = self._clients.evals()
         assert run.platform_id is not None
         body = encode_samples_body(rows)
-        upload_id = self._spool.begin_samples_request(run.local_id, seqs)
+        upload_id = self._spool.delivery.begin_samples_request(run.local_id, seqs)
         self._lease.renew()
         try:
             evals.post_samples(run.platform_id, body)
         except PlatformError as exc:
             if exc.ambiguous:
-                count = self._spool.end_samples_request(run.local_id, upload_id, "uncertain")
+                count = self._spool.delivery.end_samples_request(
+                    run.local_id, upload_id, "uncertain"
+                )
                 logger.warning(
                     "Run %s: a sample request failed after it may have been stored (%s); its "
                     "%d episode(s) are counted as uncertain and not sent again.",
@@ -136,7 +140,7 @@ class SamplesSink:
                     count,
                 )
                 return True
-            self._spool.end_samples_request(run.local_id, upload_id, "pending")
+            self._spool.delivery.end_samples_request(run.local_id, upload_id, "pending")
             if exc.retryable:
                 raise Backoff(exc) from exc
             if run.closed and not about_content(exc):
@@ -154,11 +158,13 @@ class SamplesSink:
                     exc,
                 )
                 return False
-            self._spool.fail_episodes(run.local_id, seqs, f"the sample table refused: {exc}")
+            self._spool.delivery.fail_episodes(
+                run.local_id, seqs, f"the sample table refused: {exc}"
+            )
             logger.error(
                 "Run %s: the sample table refused %d episode(s): %s", run.local_id, len(seqs), exc
             )
             return True
-        self._spool.end_samples_request(run.local_id, upload_id, "delivered")
+        self._spool.delivery.end_samples_request(run.local_id, upload_id, "delivered")
         self._narrowing.delivered(run.local_id)
         return True

@@ -58,7 +58,7 @@ class StepTablesSink:
         try:
             require_parquet()
         except ParquetUnavailableError as exc:
-            self._spool.fail_episodes(run.local_id, [e.seq for e in episodes], str(exc))
+            self._spool.delivery.fail_episodes(run.local_id, [e.seq for e in episodes], str(exc))
             logger.error(
                 "Run %s: %s; %d episode(s) counted as failed", run.local_id, exc, len(episodes)
             )
@@ -71,7 +71,7 @@ class StepTablesSink:
             else:
                 by_step.setdefault(episode.step, []).append(episode)
         if skipped:
-            self._spool.skip_episodes(skipped)
+            self._spool.delivery.skip_episodes(skipped)
         for step, members in sorted(by_step.items()):
             self._upload_step(run, step, members)
 
@@ -80,14 +80,14 @@ class StepTablesSink:
 
     def _upload_step(self, run: RunRow, step: int, members: Sequence[EpisodeRow]) -> None:
         assert run.platform_id is not None
-        offset = self._spool.step_upload_count(run.local_id, step) * SAMPLE_ID_STRIDE
+        offset = self._spool.steps.step_upload_count(run.local_id, step) * SAMPLE_ID_STRIDE
         records = []
         readable = []
         for member in members:
             try:
                 records.append(json.loads(member.record))
             except (ValueError, RecursionError) as exc:
-                self._spool.fail_episodes(
+                self._spool.delivery.fail_episodes(
                     run.local_id, [member.seq], f"its stored record cannot be read: {exc}"
                 )
                 logger.error(
@@ -106,7 +106,7 @@ class StepTablesSink:
             body = _step_table_parquet(records, run.platform_id, step, sample_id_offset=offset)
         except Exception as exc:  # records are outside input: one table's loss, not the run's
             reason = f"the step {step} table cannot be built from its records: {exc}"
-            self._spool.fail_episodes(run.local_id, seqs, reason)
+            self._spool.delivery.fail_episodes(run.local_id, seqs, reason)
             logger.error(
                 "Run %s: %s; %d episode(s) counted as failed",
                 shown(run.local_id),
@@ -115,16 +115,16 @@ class StepTablesSink:
             )
             return
         if body is None:  # no episode with a trajectory: nothing for the viewer
-            self._spool.skip_episodes(seqs)
+            self._spool.delivery.skip_episodes(seqs)
             return
-        upload_id = self._spool.begin_step_upload(run.local_id, step, seqs, body, offset)
+        upload_id = self._spool.steps.begin_step_upload(run.local_id, step, seqs, body, offset)
         self._send_step(run, upload_id)
 
     def _send_step(self, run: RunRow, upload_id: str) -> None:
         """Presign (once: the object's place is kept), PUT, confirm. Each is
         safe to repeat, so a restart resumes wherever this stopped."""
         assert run.platform_id is not None
-        upload = self._spool.step_upload(upload_id)
+        upload = self._spool.steps.step_upload(upload_id)
         if upload is None or upload.body is None:
             return
         # A table its producer wrote before the run had a platform id.
@@ -138,8 +138,8 @@ class StepTablesSink:
                 if exc.status != 403:
                     raise
                 # The grant expired while the upload waited: a fresh one, once.
-                self._spool.set_step_object(upload_id, None, None)
-                url, key = self._place(run, self._spool.step_upload(upload_id) or upload)
+                self._spool.steps.set_step_object(upload_id, None, None)
+                url, key = self._place(run, self._spool.steps.step_upload(upload_id) or upload)
                 rft.put_samples(url, body)
             rft.confirm_samples(run.platform_id, upload.step, key)
         except PlatformError as exc:
@@ -148,18 +148,18 @@ class StepTablesSink:
             if not about_content(exc):
                 # Kept as it is: `push` resumes it where it stopped.
                 raise refused_setup(exc, f"the step {upload.step} sample table") from exc
-            seqs = self._spool.upload_episode_seqs(upload_id)
+            seqs = self._spool.delivery.upload_episode_seqs(upload_id)
             if len(seqs) > 1:
                 what = f"the step {upload.step} sample table"
                 narrow(self._spool, self._narrowing, run, upload_id, exc, what)
                 return
             reason = f"the step {upload.step} sample table was refused: {exc}"
-            self._spool.fail_episodes(run.local_id, seqs, reason)
+            self._spool.delivery.fail_episodes(run.local_id, seqs, reason)
             logger.error(
                 "Run %s: %s; %d episode(s) counted as failed", run.local_id, reason, len(seqs)
             )
             return
-        self._spool.commit_step_upload(upload_id)
+        self._spool.steps.commit_step_upload(upload_id)
         self._narrowing.delivered(run.local_id)
 
     def _place(self, run: RunRow, upload: StepUpload) -> tuple[str, str]:
@@ -167,5 +167,5 @@ class StepTablesSink:
         if upload.url is not None and upload.key is not None:
             return upload.url, upload.key
         url, key = self._clients.rft().presign_samples(run.platform_id, upload.step)
-        self._spool.set_step_object(upload.upload_id, url, key)
+        self._spool.steps.set_step_object(upload.upload_id, url, key)
         return url, key

@@ -85,7 +85,7 @@ class TracesSink:
                     fail_unsendable(self._spool, run, episode, exc)
                     continue
             if len(line) - 1 > MAX_TRACES_LINE_BYTES:
-                self._spool.fail_episodes(
+                self._spool.delivery.fail_episodes(
                     run.local_id,
                     [episode.seq],
                     f"episode {episode.episode_id} is {len(line)} bytes as a Prime Traces line, "
@@ -99,7 +99,9 @@ class TracesSink:
         body = b"".join(lines)
         upload_id = upload_key(body)
         compressed = compress_lines(body)
-        self._spool.begin_traces_upload(run.local_id, seqs, upload_id, compressed, encoding="gzip")
+        self._spool.delivery.begin_traces_upload(
+            run.local_id, seqs, upload_id, compressed, encoding="gzip"
+        )
         self._unsent.add(upload_id)
         self._send(run, upload_id, compressed)
 
@@ -123,7 +125,7 @@ class TracesSink:
                     "the legacy sample table instead",
                     run.local_id,
                 )
-                self._spool.abandon_traces_uploads(run.local_id, sink="samples")
+                self._spool.delivery.abandon_traces_uploads(run.local_id, sink="samples")
                 self._lines.clear()
                 return
             if exc.ambiguous:
@@ -133,7 +135,7 @@ class TracesSink:
             self._refused(run, upload_id, exc)
             return
         self._unsent.discard(upload_id)
-        self._spool.commit_traces_upload(run.local_id, upload_id)
+        self._spool.delivery.commit_traces_upload(run.local_id, upload_id)
         self._narrowing.delivered(run.local_id)
 
     def _refused(self, run: RunRow, upload_id: str, exc: PlatformError) -> None:
@@ -141,7 +143,7 @@ class TracesSink:
         is about them, and it is split or given up only when no attempt of
         it may have been stored; otherwise it stays as it is, for ``push``
         to send again whole (the service replays a stored one's receipt)."""
-        seqs = self._spool.upload_episode_seqs(upload_id)
+        seqs = self._spool.delivery.upload_episode_seqs(upload_id)
         if run.closed and not about_content(exc):
             self._unsent.discard(upload_id)
             refused_late(self._spool, run, seqs, exc)
@@ -159,7 +161,7 @@ class TracesSink:
             # One bad episode refuses the whole upload: halve until it is alone.
             narrow(self._spool, self._narrowing, run, upload_id, exc, "an upload")
             return
-        self._spool.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
+        self._spool.delivery.fail_episodes(run.local_id, seqs, f"Prime Traces refused: {exc}")
         logger.error(
             "Run %s: Prime Traces refused %d episode(s) for good (%s); they are counted as "
             "failed and kept in the spool",

@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .core import _GATE, SpoolCore
+from .core import _GATE
+from .part import SpoolPart
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,9 @@ def drop_records(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> N
     )
 
 
-class SpoolEpisodes(SpoolCore):
+class EpisodeReads(SpoolPart):
+    """What is stored of a run's episodes (``reading``)."""
+
     def pending_count(self, run_id: str) -> int:
         rows = self._query(
             "SELECT COUNT(*) FROM episodes WHERE run_id = ? "
@@ -46,6 +49,26 @@ class SpoolEpisodes(SpoolCore):
             (run_id,),
         )
         return int(rows[0][0])
+
+    def iter_episodes(self, run_id: str) -> Iterator[EpisodeRow]:
+        """Every stored episode body of a run, oldest first, a page at a time."""
+        last = 0
+        while True:
+            page = self._query(
+                "SELECT e.seq, episode_id, rollout_number, has_traces, r.body, step "
+                "FROM episodes e JOIN records r ON r.seq = e.seq "
+                "WHERE run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT 200",
+                (run_id, last),
+            )
+            if not page:
+                return
+            for seq, episode_id, number, has_traces, record, step in page:
+                yield EpisodeRow(seq, episode_id, number, bool(has_traces), record, step)
+            last = page[-1][0]
+
+
+class EpisodeDelivery(SpoolPart):
+    """The episodes still to deliver, and what became of them (``delivery``)."""
 
     def pending_episodes(
         self, run_id: str, *, max_bytes: int, max_count: int = 100_000
@@ -70,22 +93,6 @@ class SpoolEpisodes(SpoolCore):
             finally:
                 cursor.close()
         return rows
-
-    def iter_episodes(self, run_id: str) -> Iterator[EpisodeRow]:
-        """Every stored episode body of a run, oldest first, a page at a time."""
-        last = 0
-        while True:
-            page = self._query(
-                "SELECT e.seq, episode_id, rollout_number, has_traces, r.body, step "
-                "FROM episodes e JOIN records r ON r.seq = e.seq "
-                "WHERE run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT 200",
-                (run_id, last),
-            )
-            if not page:
-                return
-            for seq, episode_id, number, has_traces, record, step in page:
-                yield EpisodeRow(seq, episode_id, number, bool(has_traces), record, step)
-            last = page[-1][0]
 
     def fail_episodes(self, run_id: str, seqs: Sequence[int], reason: str) -> None:
         """A permanent refusal: counted on the run, body kept for inspection
@@ -126,6 +133,10 @@ class SpoolEpisodes(SpoolCore):
             db.executemany(
                 "UPDATE episodes SET state = 'delivered' WHERE seq = ?", [(seq,) for seq in seqs]
             )
+
+
+class EpisodeBodies(SpoolPart):
+    """The bodies kept of delivered episodes (``housekeeping``)."""
 
     def delivered_bodies(self, run_id: str) -> tuple[int, int]:
         """How many bodies of the run's delivered episodes are kept, and their bytes."""

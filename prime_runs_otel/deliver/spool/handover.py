@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .core import SpoolCore
 from .episodes import EpisodeRow
+from .part import SpoolPart
 
 #: Episode states that still expect delivery work.
 UNDELIVERED = ("pending", "uploading", "sending")
 
 
-class SpoolHandover(SpoolCore):
+class SpoolHandover(SpoolPart):
     def undelivered_ids(self, run_id: str) -> set[str]:
         """The run's episodes that still wait for the platform."""
         rows = self._query(

@@ -5,7 +5,6 @@ It touches several tables at once, so it has a module of its own."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import time
@@ -15,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from ...read.episodes import EpisodeArrival
 from ...read.projection import LineTemplate, SummaryAccumulator
-from .core import SpoolFullError
+from .cap import IngestCap
+from .core import SpoolCore, SpoolFullError
 from .processes import register_producer as register_producer_row
 from .rows import aggregate, insert_rows
-from .runs import ensure_run
+from .runs import count_batch, ensure_run, owned_by, record_end, record_start
 from .size import STOPPED_HELD_SQL, STOPPED_SHARE, SpoolSize
 from .steps import insert_metrics, insert_step_tables
 from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
@@ -57,7 +57,14 @@ class _DoesNotFit(Exception):
         self.rejected = rejected
 
 
-class SpoolIngest(SpoolSize):
+class SpoolIngest(IngestCap):
+    """``export()``'s and ``serve``'s write (``intake``), within the cap that
+    ``size.py`` keeps (``_room``)."""
+
+    def __init__(self, core: SpoolCore) -> None:
+        super().__init__(core)
+        self._room = SpoolSize(core)
+
     def ingest(
         self,
         batches: Sequence[RunBatch],
@@ -102,7 +109,7 @@ class SpoolIngest(SpoolSize):
         try:
             return self._ingest_or_refuse(*args)
         except SpoolFullError:
-            if not self.release_reserve():
+            if not self._room.release_reserve():
                 raise
             return self._ingest_or_refuse(*args)
 
@@ -132,7 +139,7 @@ class SpoolIngest(SpoolSize):
         # The cap and the disk are checked per episode against the bytes in
         # use plus what this batch adds, since one export batch can carry
         # thousands of episodes.
-        size = self.used_bytes()
+        size = self._room.used_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
@@ -142,7 +149,7 @@ class SpoolIngest(SpoolSize):
                 size,
                 db.execute(STOPPED_HELD_SQL).fetchone()[0],
                 self.max_bytes,
-                self.disk_left_for_episodes(),
+                self._room.disk_left_for_episodes(),
             )
             for batch in batches:
                 local_id = batch.identity.local_id
@@ -152,12 +159,7 @@ class SpoolIngest(SpoolSize):
                 if register_producer:
                     register_producer_row(db, local_id, owns_run=owns_runs, now=now)
                 if batch.start is not None:
-                    db.execute(
-                        "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
-                        (json.dumps(batch.start.config), local_id),
-                    )
-                    if check_owner and batch.start.owner:
-                        _claim(db, local_id, batch.start.producer)
+                    record_start(db, local_id, batch.start, claim=check_owner)
                 added, refused = self._insert_episodes(
                     db, local_id, batch.episodes, summary, room, lines
                 )
@@ -167,45 +169,12 @@ class SpoolIngest(SpoolSize):
                 corrupt += len(batch.corrupt) + len(batch.corrupt_metrics)
                 insert_metrics(db, local_id, batch.metrics, now)
                 insert_step_tables(db, local_id, batch.samples, now)
-                # Episodes stored after the run was closed are counted late:
-                # the uploader still delivers them, to the closed run.
-                db.execute(
-                    "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
-                    "late = late + CASE WHEN close_state = 'closed' AND mode = 'online' "
-                    "THEN ? ELSE 0 END, "
-                    "duplicates = duplicates + ?, corrupt = corrupt + ?, rejected = rejected + ?, "
-                    "updated_at = ?, last_seen = ? WHERE local_id = ?",
-                    (
-                        json.dumps(summary.to_state()),
-                        added,
-                        added,
-                        len(batch.episodes) - added - refused,
-                        len(batch.corrupt) + len(batch.corrupt_metrics),
-                        refused,
-                        now,
-                        now,
-                        local_id,
-                    ),
-                )
+                count_batch(db, local_id, batch, summary, added, refused, now)
                 end = batch.end
-                if end is not None and check_owner and not _owned_by(db, local_id, end.producer):
+                if end is not None and check_owner and not owned_by(db, local_id, end.producer):
                     foreign.append((local_id, end.producer or ""))
-                    end = None
-                if end is not None:
-                    db.execute(
-                        "UPDATE runs SET end_status = ?, end_error = ?, end_expected = ?, "
-                        "unencodable = ?, ended_at = ?, end_summary = ? "
-                        "WHERE local_id = ? AND end_status IS NULL",
-                        (
-                            end.status,
-                            end.error,
-                            end.episodes_recorded,
-                            end.episodes_unencodable,
-                            now,
-                            None if end.summary is None else json.dumps(end.summary),
-                            local_id,
-                        ),
-                    )
+                elif end is not None:
+                    record_end(db, local_id, end, now)
             if whole and rejected:
                 raise _DoesNotFit(rejected)  # rolls the transaction back
         self._warn_near_cap(room.size)
@@ -236,6 +205,47 @@ class SpoolIngest(SpoolSize):
         bodies go in as multi-row inserts. At the cap a new episode is
         refused; one already stored is still a duplicate, not a loss.
         """
+        fresh, refused = self._fresh_episodes(db, run_id, episodes, room)
+        if not fresh:
+            return 0, refused
+        numbers = self._number_rollouts(db, run_id, fresh)
+        now = time.time()
+        insert_rows(
+            db,
+            "episodes (run_id, episode_id, has_traces, size, step, rollout_number, stored_at, "
+            f"{', '.join(FACT_COLUMNS)})",
+            [
+                (
+                    run_id,
+                    e.episode_id,
+                    int(e.digest.has_traces),
+                    len(e.raw),
+                    e.step,
+                    number,
+                    now,
+                    *fact_values(e.digest),
+                )
+                for e, number in zip(fresh, numbers, strict=True)
+            ],
+        )
+        seqs = _seqs_of(db, run_id, fresh)
+        insert_rows(db, "records (seq, body)", [(seqs[e.episode_id], e.raw) for e in fresh])
+        lines.extend((seqs[e.episode_id], e.line) for e in fresh if e.line is not None)
+        for episode in fresh:
+            summary.add_digest(episode.digest)
+        _add_to_views(db, run_id, fresh, seqs)
+        return len(fresh), refused
+
+    def _fresh_episodes(
+        self,
+        db: sqlite3.Connection,
+        run_id: str,
+        episodes: Sequence[EpisodeArrival],
+        room: _Room,
+    ) -> tuple[list[EpisodeArrival], int]:
+        """The episodes of ``episodes`` to store: not stored before, nor
+        twice in the batch, as far as ``room`` goes; and how many were
+        refused for want of it."""
         ids = [episode.episode_id for episode in episodes]
         known: set[str] = set()
         for stored in aggregate(
@@ -260,40 +270,7 @@ class SpoolIngest(SpoolSize):
                 continue
             known.add(episode.episode_id)
             fresh.append(episode)
-        if not fresh:
-            return 0, refused
-        numbers = self._number_rollouts(db, run_id, fresh)
-        now = time.time()
-        insert_rows(
-            db,
-            "episodes (run_id, episode_id, has_traces, size, step, rollout_number, stored_at, "
-            f"{', '.join(FACT_COLUMNS)})",
-            [
-                (
-                    run_id,
-                    e.episode_id,
-                    int(e.digest.has_traces),
-                    len(e.raw),
-                    e.step,
-                    number,
-                    now,
-                    *fact_values(e.digest),
-                )
-                for e, number in zip(fresh, numbers, strict=True)
-            ],
-        )
-        seqs: dict[str, int] = {}
-        fresh_ids = [episode.episode_id for episode in fresh]
-        for found in aggregate(
-            db, "json_group_object(episode_id, seq)", "episodes", run_id, "episode_id", fresh_ids
-        ):
-            seqs.update(found)
-        insert_rows(db, "records (seq, body)", [(seqs[e.episode_id], e.raw) for e in fresh])
-        lines.extend((seqs[e.episode_id], e.line) for e in fresh if e.line is not None)
-        for episode in fresh:
-            summary.add_digest(episode.digest)
-        _add_to_views(db, run_id, fresh, seqs)
-        return len(fresh), refused
+        return fresh, refused
 
     @staticmethod
     def _number_rollouts(
@@ -325,12 +302,17 @@ class SpoolIngest(SpoolSize):
         return numbers
 
 
-def _claim(db: sqlite3.Connection, run_id: str, producer: str | None) -> None:
-    """Make ``producer`` the run's owner unless it has one."""
-    db.execute(
-        "UPDATE runs SET owner_id = ? WHERE local_id = ? AND owner_id IS NULL",
-        (producer or "", run_id),
-    )
+def _seqs_of(
+    db: sqlite3.Connection, run_id: str, episodes: Sequence[EpisodeArrival]
+) -> dict[str, int]:
+    """The ``seq`` each of ``episodes`` was stored under, by episode id, in one read."""
+    seqs: dict[str, int] = {}
+    ids = [episode.episode_id for episode in episodes]
+    for found in aggregate(
+        db, "json_group_object(episode_id, seq)", "episodes", run_id, "episode_id", ids
+    ):
+        seqs.update(found)
+    return seqs
 
 
 def _stopped(db: sqlite3.Connection, local_id: str) -> bool:
@@ -383,14 +365,6 @@ class _Room:
         if stopped:
             self.stopped_held += length
         return True
-
-
-def _owned_by(db: sqlite3.Connection, run_id: str, producer: str | None) -> bool:
-    """Whether ``producer`` owns the run, claiming it when nobody does yet
-    (an end that arrives before its run's start, or a run without one)."""
-    _claim(db, run_id, producer)
-    (owner,) = db.execute("SELECT owner_id FROM runs WHERE local_id = ?", (run_id,)).fetchone()
-    return bool(owner == (producer or ""))
 
 
 def _add_to_views(

@@ -13,7 +13,7 @@ import sqlite3
 import time
 import uuid
 
-from .core import SpoolCore
+from .part import SpoolPart
 
 
 def lease_owner() -> str:
@@ -94,7 +94,9 @@ def register_producer(db: sqlite3.Connection, run_id: str, *, owns_run: bool, no
     )
 
 
-class SpoolProcesses(SpoolCore):
+class ProcessDelivery(SpoolPart):
+    """Which processes feed a run, and the delivery lease (``delivery``)."""
+
     def producers(
         self, run_id: str, *, owners_only: bool = False
     ) -> list[tuple[str, int, str, float]]:
@@ -123,20 +125,6 @@ class SpoolProcesses(SpoolCore):
             )
             return True
 
-    def delivery_alive(self) -> bool:
-        """Whether a process delivers from this spool now: the lease is held
-        by a live process on this host (renewed or not), or by one elsewhere
-        whose lease has not expired. A delivering process holds the lease
-        from its first pass until it stops, so ``False`` means a run still
-        pending waits for somebody to deliver it (``push``)."""
-        rows = self._query("SELECT owner, expires FROM lease WHERE name = 'uploader'")
-        if not rows:
-            return False
-        owner, expires = rows[0]
-        if _on_this_host(owner):
-            return _holder_alive(owner)
-        return bool(expires > time.time())
-
     def open_runs_fed_in_process(self) -> list[str]:
         """Open runs without a recorded end that processes of their own feed
         (and own), not ``serve``: the runs whose producers' deaths mean a
@@ -152,3 +140,21 @@ class SpoolProcesses(SpoolCore):
     def release_lease(self, owner: str) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM lease WHERE name = 'uploader' AND owner = ?", (owner,))
+
+
+class ProcessReads(SpoolPart):
+    """Whether anybody delivers from this spool now (``reading``)."""
+
+    def delivery_alive(self) -> bool:
+        """Whether a process delivers from this spool now: the lease is held
+        by a live process on this host (renewed or not), or by one elsewhere
+        whose lease has not expired. A delivering process holds the lease
+        from its first pass until it stops, so ``False`` means a run still
+        pending waits for somebody to deliver it (``push``)."""
+        rows = self._query("SELECT owner, expires FROM lease WHERE name = 'uploader'")
+        if not rows:
+            return False
+        owner, expires = rows[0]
+        if _on_this_host(owner):
+            return _holder_alive(owner)
+        return bool(expires > time.time())

@@ -15,8 +15,9 @@ from typing import Any
 
 from ..._text import shown
 from ...read.projection import SummaryAccumulator
-from ...read.records import RunIdentity
-from .core import SpoolCore, SpoolError
+from ...read.records import RunBatch, RunEnd, RunIdentity, RunStart
+from .core import SpoolError
+from .part import SpoolPart
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +135,86 @@ def ensure_run(
     return summary
 
 
-class SpoolRuns(SpoolCore):
+def record_start(db: sqlite3.Connection, local_id: str, start: RunStart, *, claim: bool) -> None:
+    """The run's config, from its first start; and its owner, the producer of
+    its first owning start, when ``claim`` (``check_owner``)."""
+    db.execute(
+        "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
+        (json.dumps(start.config), local_id),
+    )
+    if claim and start.owner:
+        claim_owner(db, local_id, start.producer)
+
+
+def count_batch(
+    db: sqlite3.Connection,
+    local_id: str,
+    batch: RunBatch,
+    summary: SummaryAccumulator,
+    added: int,
+    refused: int,
+    now: float,
+) -> None:
+    """What one batch brought, counted on its run with the running summary.
+    Episodes stored after the run was closed are counted late: the uploader
+    still delivers them, to the closed run."""
+    db.execute(
+        "UPDATE runs SET summary_state = ?, episodes = episodes + ?, "
+        "late = late + CASE WHEN close_state = 'closed' AND mode = 'online' "
+        "THEN ? ELSE 0 END, "
+        "duplicates = duplicates + ?, corrupt = corrupt + ?, rejected = rejected + ?, "
+        "updated_at = ?, last_seen = ? WHERE local_id = ?",
+        (
+            json.dumps(summary.to_state()),
+            added,
+            added,
+            len(batch.episodes) - added - refused,
+            len(batch.corrupt) + len(batch.corrupt_metrics),
+            refused,
+            now,
+            now,
+            local_id,
+        ),
+    )
+
+
+def record_end(db: sqlite3.Connection, local_id: str, end: RunEnd, now: float) -> None:
+    """The run's end, unless one is recorded already (the first wins)."""
+    db.execute(
+        "UPDATE runs SET end_status = ?, end_error = ?, end_expected = ?, "
+        "unencodable = ?, ended_at = ?, end_summary = ? "
+        "WHERE local_id = ? AND end_status IS NULL",
+        (
+            end.status,
+            end.error,
+            end.episodes_recorded,
+            end.episodes_unencodable,
+            now,
+            None if end.summary is None else json.dumps(end.summary),
+            local_id,
+        ),
+    )
+
+
+def claim_owner(db: sqlite3.Connection, run_id: str, producer: str | None) -> None:
+    """Make ``producer`` the run's owner unless it has one."""
+    db.execute(
+        "UPDATE runs SET owner_id = ? WHERE local_id = ? AND owner_id IS NULL",
+        (producer or "", run_id),
+    )
+
+
+def owned_by(db: sqlite3.Connection, run_id: str, producer: str | None) -> bool:
+    """Whether ``producer`` owns the run, claiming it when nobody does yet
+    (an end that arrives before its run's start, or a run without one)."""
+    claim_owner(db, run_id, producer)
+    (owner,) = db.execute("SELECT owner_id FROM runs WHERE local_id = ?", (run_id,)).fetchone()
+    return bool(owner == (producer or ""))
+
+
+class _RunRows(SpoolPart):
+    """Runs read back from their rows, shared by the facets that read runs."""
+
     _RUN_COLUMNS = (
         "local_id, kind, name, identity, mode, config, created_at, platform_id, url, "
         "create_state, create_started, sink, traces_written, end_status, end_error, "
@@ -166,6 +246,10 @@ class SpoolRuns(SpoolCore):
                     self._reported_damaged.add(exc.local_id)
                     logger.error("%s", exc)
         return runs
+
+
+class RunReads(_RunRows):
+    """Which runs there are, and each one's row (``reading``)."""
 
     def run(self, local_id: str) -> RunRow | None:
         rows = self._query(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE local_id = ?", (local_id,))
@@ -210,6 +294,10 @@ class SpoolRuns(SpoolCore):
         )
         return self._readable_runs(rows)
 
+
+class RunDelivery(_RunRows):
+    """A run's delivery state, as the uploader and ``push`` record it (``delivery``)."""
+
     def runs_to_deliver_or_close(self) -> list[RunRow]:
         """Runs not yet closed: online ones to deliver, local ones to close
         when their producer ends (or dies); and closed online runs that late
@@ -251,14 +339,6 @@ class SpoolRuns(SpoolCore):
                 (now, now, local_id),
             )
 
-    def count_rejected(self, local_id: str, count: int) -> None:
-        """Episodes of the run that could not be stored (the spool's disk was
-        full even for them), counted as refused at the spool."""
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE runs SET rejected = rejected + ? WHERE local_id = ?", (count, local_id)
-            )
-
     def claim_create(self, local_id: str) -> bool:
         """Mark the create as in flight before sending it, so a crash between
         the request and its answer is recovered by lookup, not by a second run."""
@@ -269,6 +349,56 @@ class SpoolRuns(SpoolCore):
                 (time.time(), local_id),
             )
             return cursor.rowcount == 1
+
+    def set_mode(self, local_id: str, mode: str) -> None:
+        """Switch where a run goes. A local run taken online (``push``) is
+        reopened: being closed in the local store says nothing about the
+        platform, which has not seen the run yet."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET close_state = CASE WHEN mode = 'local' AND ? = 'online' "
+                "THEN 'open' ELSE close_state END, mode = ?, updated_at = ? WHERE local_id = ?",
+                (mode, mode, time.time(), local_id),
+            )
+
+    def keep_records(self, local_id: str, keep: bool) -> None:
+        """Whether the run's record bodies outlive their delivery."""
+        self.update_run(local_id, keep_records=1 if keep else 0)
+
+    def reopen_failed(self, local_id: str) -> int:
+        """Give refused episodes and a failed create another chance (``push``)."""
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE episodes SET state = 'pending', upload_id = NULL "
+                "WHERE run_id = ? AND state = 'failed' "
+                "AND EXISTS (SELECT 1 FROM records r WHERE r.seq = episodes.seq)",
+                (local_id,),
+            )
+            db.execute(
+                "UPDATE runs SET failed = MAX(0, failed - ?), "
+                "create_state = CASE WHEN create_state = 'failed' THEN 'pending' "
+                "ELSE create_state END, "
+                "close_state = CASE WHEN close_state = 'gave_up' THEN 'open' "
+                "ELSE close_state END WHERE local_id = ?",
+                (cursor.rowcount, local_id),
+            )
+            db.execute(
+                "UPDATE metrics SET state = 'pending' WHERE run_id = ? AND state = 'failed'",
+                (local_id,),
+            )
+            return cursor.rowcount
+
+
+class RunEnds(SpoolPart):
+    """What a run's producer records of it beyond its episodes (``intake``)."""
+
+    def count_rejected(self, local_id: str, count: int) -> None:
+        """Episodes of the run that could not be stored (the spool's disk was
+        full even for them), counted as refused at the spool."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET rejected = rejected + ? WHERE local_id = ?", (count, local_id)
+            )
 
     def end_run(self, local_id: str, status: str, error: str | None) -> bool:
         """Record a run's end unless one is already recorded (the first wins)."""
@@ -316,16 +446,9 @@ class SpoolRuns(SpoolCore):
             db.execute("DELETE FROM producers WHERE run_id = ?", (local_id,))
             return True
 
-    def set_mode(self, local_id: str, mode: str) -> None:
-        """Switch where a run goes. A local run taken online (``push``) is
-        reopened: being closed in the local store says nothing about the
-        platform, which has not seen the run yet."""
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE runs SET close_state = CASE WHEN mode = 'local' AND ? = 'online' "
-                "THEN 'open' ELSE close_state END, mode = ?, updated_at = ? WHERE local_id = ?",
-                (mode, mode, time.time(), local_id),
-            )
+
+class RunRemoval(SpoolPart):
+    """Removing a run (``housekeeping``)."""
 
     def delete_run(self, local_id: str) -> int:
         """Remove a run and everything stored for it (``prime-runs-otel rm``);
@@ -352,30 +475,3 @@ class SpoolRuns(SpoolCore):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", (local_id,))
             db.execute("DELETE FROM runs WHERE local_id = ?", (local_id,))
             return int(count)
-
-    def keep_records(self, local_id: str, keep: bool) -> None:
-        """Whether the run's record bodies outlive their delivery."""
-        self.update_run(local_id, keep_records=1 if keep else 0)
-
-    def reopen_failed(self, local_id: str) -> int:
-        """Give refused episodes and a failed create another chance (``push``)."""
-        with self._transaction() as db:
-            cursor = db.execute(
-                "UPDATE episodes SET state = 'pending', upload_id = NULL "
-                "WHERE run_id = ? AND state = 'failed' "
-                "AND EXISTS (SELECT 1 FROM records r WHERE r.seq = episodes.seq)",
-                (local_id,),
-            )
-            db.execute(
-                "UPDATE runs SET failed = MAX(0, failed - ?), "
-                "create_state = CASE WHEN create_state = 'failed' THEN 'pending' "
-                "ELSE create_state END, "
-                "close_state = CASE WHEN close_state = 'gave_up' THEN 'open' "
-                "ELSE close_state END WHERE local_id = ?",
-                (cursor.rowcount, local_id),
-            )
-            db.execute(
-                "UPDATE metrics SET state = 'pending' WHERE run_id = ? AND state = 'failed'",
-                (local_id,),
-            )
-            return cursor.rowcount

@@ -8,11 +8,13 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from .core import SpoolCore
 from .episodes import drop_records
+from .part import SpoolPart
 
 
-class SpoolSamples(SpoolCore):
+class SpoolSamples(SpoolPart):
+    """Legacy sample requests, at most once (``delivery``)."""
+
     def begin_samples_request(self, run_id: str, seqs: Sequence[int]) -> str:
         """Mark episodes as *sending* before their rows go out. Should the
         process die before the answer, the next one finds them still sending

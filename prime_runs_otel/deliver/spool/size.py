@@ -9,7 +9,7 @@ cap (``PRIME_RUNS_OTEL_SPOOL_MAX_BYTES``) on what the spool holds
 Bodies of delivered episodes kept for the local store
 (``PRIME_RUNS_OTEL_KEEP_DELIVERED``) are the first to go at either limit:
 the platform has them, so the oldest of them make room before a new episode,
-whose only copy would be lost, is refused (:meth:`SpoolSize._make_room`),
+whose only copy would be lost, is refused (``cap.py``),
 and on a full disk before delivery would have to grow the file
 (:meth:`SpoolSize.drop_kept_bodies`).
 
@@ -44,7 +44,8 @@ from contextlib import suppress
 from pathlib import Path
 
 from ..._text import human_bytes, shown
-from .core import SpoolCore, SpoolFullError
+from .core import SpoolFullError
+from .part import SpoolPart
 from .rows import chunks
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,9 @@ KEPT_BODIES_SQL = (
 )
 
 
-class SpoolSize(SpoolCore):
+class SpoolSize(SpoolPart):
+    """The size cap and the disk's reserve (``housekeeping``; ``intake`` asks it too)."""
+
     def size_bytes(self) -> int:
         """The spool's files on disk (the database and its write-ahead log)."""
         total = 0
@@ -235,7 +238,7 @@ class SpoolSize(SpoolCore):
         file to grow. Returns how many were dropped."""
         try:
             with self._transaction() as db:
-                dropped, _ = _drop_kept_bodies(db, wanted)
+                dropped, _ = drop_kept_bodies_in(db, wanted)
         except SpoolFullError:
             return 0  # not even that fits: delivery waits for room
         if dropped:
@@ -246,22 +249,6 @@ class SpoolSize(SpoolCore):
                 dropped,
             )
         return dropped
-
-    def _make_room(self, db: sqlite3.Connection, needed: int) -> int:
-        """At the cap (inside ``ingest``'s transaction): drop the kept bodies
-        of delivered episodes, oldest first, until ``needed`` bytes are free
-        or none is left; returns the bytes freed."""
-        dropped, freed = _drop_kept_bodies(db, needed)
-        if dropped:
-            logger.warning(
-                "The spool %s reached its %d-byte cap: the kept bodies of %d delivered "
-                "episode(s) were dropped to make room (the platform has them; `prime-runs-otel "
-                "prune` frees space ahead of time)",
-                self.path,
-                self.max_bytes,
-                dropped,
-            )
-        return freed
 
     def release_reserve(self) -> bool:
         """Give the reserve's room to the spool's writes (the disk is full);
@@ -301,56 +288,8 @@ class SpoolSize(SpoolCore):
         finally:
             os.close(fd)
 
-    # -- saying so --------------------------------------------------------------
 
-    def _warn_near_cap(self, size: int) -> None:
-        if size < WARN_FRACTION * self.max_bytes or self._warned_full:
-            return
-        self._warned_full = True
-        logger.warning(
-            "The spool %s is at %.0f%% of its %d-byte cap. Episodes are refused (and "
-            "counted) at the cap: check that delivery is progressing "
-            "(`prime-runs-otel runs`) or raise PRIME_RUNS_OTEL_SPOOL_MAX_BYTES.",
-            self.path,
-            100.0 * min(size, self.max_bytes) / self.max_bytes,
-            self.max_bytes,
-        )
-
-    def _report_refused(
-        self, rejected: int, *, disk_full: bool = False, stopped: bool = False
-    ) -> None:
-        if not rejected:
-            return
-        if stopped:
-            logger.error(
-                "%d episode(s) of runs whose delivery stopped were refused: such runs may hold "
-                "%.0f%% of the spool's cap together, so that they cannot take the room the "
-                "others need. They are counted on their run; fix the cause and deliver them "
-                "(`prime-runs-otel show RUN` says what to do), or remove them (`rm`).",
-                rejected,
-                100 * STOPPED_SHARE,
-            )
-            return
-        if disk_full:
-            logger.error(
-                "The disk holding the spool %s is full: %d episode(s) refused. They are "
-                "counted on their run; free space on the disk (delivery frees what it "
-                "delivers) or move PRIME_RUNS_OTEL_DIR to a larger disk.",
-                self.path,
-                rejected,
-            )
-            return
-        logger.error(
-            "The spool %s is full (cap %d bytes): %d episode(s) refused. They are counted "
-            "on their run; free space by delivering (`prime-runs-otel push`) or raise "
-            "PRIME_RUNS_OTEL_SPOOL_MAX_BYTES.",
-            self.path,
-            self.max_bytes,
-            rejected,
-        )
-
-
-def _drop_kept_bodies(db: sqlite3.Connection, wanted: int) -> tuple[int, int]:
+def drop_kept_bodies_in(db: sqlite3.Connection, wanted: int) -> tuple[int, int]:
     """Drop kept bodies of delivered episodes, oldest first, until ``wanted``
     bytes are freed or none is left; returns how many went and their bytes."""
     freed = dropped = 0

@@ -16,7 +16,7 @@ import logging
 import sqlite3
 from contextlib import suppress
 
-from .core import SpoolCore
+from .part import SpoolPart
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,9 @@ logger = logging.getLogger(__name__)
 INCREMENTAL = 2
 
 
-class SpoolSpace(SpoolCore):
+class SpoolSpace(SpoolPart):
+    """Giving the file's free pages back to the disk (``housekeeping``)."""
+
     def free_bytes(self) -> int:
         """The file's free pages: room it reuses before growing, but that the
         disk does not get back until they are given back."""

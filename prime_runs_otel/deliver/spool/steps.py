@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...read.records import RunMetrics, RunSamples
-from .core import SpoolCore
+from .part import SpoolPart
 from .uploads import commit_upload
 
 
@@ -102,7 +102,10 @@ def _metrics_row(step: int, row: str, seq: int, post: str) -> MetricsRow:
     return MetricsRow(step, row, seq, verbatim=post != "")
 
 
-class SpoolSteps(SpoolCore):
+class StepDelivery(SpoolPart):
+    """A training run's step metrics and sample-table objects, as its
+    uploader sends them (``steps``)."""
+
     def pending_metrics(self, run_id: str, *, limit: int = 500) -> list[MetricsRow]:
         """Metrics rows not yet acknowledged, in the order they were stored
         (a step's one row where it was first logged)."""
@@ -110,14 +113,6 @@ class SpoolSteps(SpoolCore):
             f"SELECT {_ROW_COLUMNS} FROM metrics WHERE run_id = ? AND state = 'pending' "
             "ORDER BY seq LIMIT ?",
             (run_id, limit),
-        )
-        return [_metrics_row(*row) for row in rows]
-
-    def metrics_rows(self, run_id: str) -> list[MetricsRow]:
-        """Every metrics row of a run, whatever its delivery state, in the
-        order they are sent (``prime-runs-otel export --what metrics``)."""
-        rows = self._query(
-            f"SELECT {_ROW_COLUMNS} FROM metrics WHERE run_id = ? ORDER BY seq", (run_id,)
         )
         return [_metrics_row(*row) for row in rows]
 
@@ -199,3 +194,15 @@ class SpoolSteps(SpoolCore):
         """The object is confirmed: its episodes are delivered."""
         with self._transaction() as db:
             commit_upload(db, upload_id)
+
+
+class StepReads(SpoolPart):
+    """A training run's stored step metrics (``reading``)."""
+
+    def metrics_rows(self, run_id: str) -> list[MetricsRow]:
+        """Every metrics row of a run, whatever its delivery state, in the
+        order they are sent (``prime-runs-otel export --what metrics``)."""
+        rows = self._query(
+            f"SELECT {_ROW_COLUMNS} FROM metrics WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        return [_metrics_row(*row) for row in rows]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .core import SpoolCore
+from .part import SpoolPart
 
 #: Episode states that mean "not delivered yet, and still being tried".
 PENDING_STATES = ("pending", "uploading", "sending")
@@ -31,7 +31,9 @@ class SpoolCounts:
         return sum(self.episodes.get(state, 0) for state in PENDING_STATES)
 
 
-class SpoolTallies(SpoolCore):
+class SpoolTallies(SpoolPart):
+    """Counts over the whole spool, for watching it (``housekeeping``)."""
+
     def counts(self) -> SpoolCounts:
         episodes = {
             state: int(count)

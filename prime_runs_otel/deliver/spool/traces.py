@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from .core import SpoolCore
+from .part import SpoolPart
 from .uploads import commit_upload
 
 
-class SpoolTraces(SpoolCore):
+class SpoolTraces(SpoolPart):
+    """Prime Traces uploads, exactly once (``delivery``)."""
+
     def begin_traces_upload(
         self, run_id: str, seqs: Sequence[int], upload_id: str, body: bytes, *, encoding: str
     ) -> None:

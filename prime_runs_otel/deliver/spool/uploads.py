@@ -8,8 +8,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from .core import SpoolCore
 from .episodes import drop_records
+from .part import SpoolPart
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,9 @@ def commit_upload(db: sqlite3.Connection, upload_id: str) -> None:
     )
 
 
-class SpoolUploads(SpoolCore):
+class SpoolUploads(SpoolPart):
+    """The open uploads of a run, of any kind (``delivery``)."""
+
     def open_uploads(self, run_id: str) -> list[UploadRow]:
         rows = self._query(
             "SELECT upload_id, run_id, kind, body, episodes, state, body_encoding FROM uploads "

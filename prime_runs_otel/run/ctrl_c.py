@@ -22,7 +22,7 @@ import time
 from types import FrameType, TracebackType
 from typing import Any
 
-from ._wakeup import Wakeup
+from .._wakeup import Wakeup
 
 __all__ = ["CtrlC"]
 
