@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 from .. import semconv
 from ..config import Settings
@@ -167,15 +168,19 @@ class SpanIntake:
 
 def _episode_spans_in(request: ExportTraceServiceRequest) -> int:
     """How many spans of ``request`` are episodes (counted when it is refused whole)."""
+    return sum(episode_spans(resource_spans) for resource_spans in request.resource_spans)
+
+
+def episode_spans(resource_spans: ResourceSpans) -> int:
+    """How many spans of one Resource's are episodes (they carry an episode id)."""
     count = 0
-    for resource_spans in request.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                if any(
-                    pair.key in (semconv.EPISODE_ID, semconv.EPISODE_EXAMPLE_ID)
-                    for pair in span.attributes
-                ):
-                    count += 1
+    for scope_spans in resource_spans.scope_spans:
+        for span in scope_spans.spans:
+            if any(
+                pair.key in (semconv.EPISODE_ID, semconv.EPISODE_EXAMPLE_ID)
+                for pair in span.attributes
+            ):
+                count += 1
     return count
 
 

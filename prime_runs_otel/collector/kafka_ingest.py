@@ -31,7 +31,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 from .. import semconv
 from ..deliver.kafka.settings import MAX_RECORD_BYTES, KafkaSettings
-from .intake import Verdict
+from .intake import Verdict, episode_spans
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class KafkaIngest:
         for resource_spans in request.resource_spans:
             key = _run_key(resource_spans.resource)
             if key is None:
-                unattributed += _episode_spans(resource_spans)
+                unattributed += episode_spans(resource_spans)
                 continue
             by_run[key].append(resource_spans)
         if unattributed and not by_run:
@@ -179,18 +179,6 @@ def _run_key(resource: Resource) -> str | None:
             value = pair.value.string_value
             return value or None
     return None
-
-
-def _episode_spans(resource_spans: ResourceSpans) -> int:
-    count = 0
-    for scope_spans in resource_spans.scope_spans:
-        for span in scope_spans.spans:
-            if any(
-                pair.key in (semconv.EPISODE_ID, semconv.EPISODE_EXAMPLE_ID)
-                for pair in span.attributes
-            ):
-                count += 1
-    return count
 
 
 def _records_of(parts: list[ResourceSpans]) -> tuple[list[bytes], int]:

@@ -230,7 +230,6 @@ def read_record(
     raw: bytes,
     *,
     plain_scalars: bool = False,
-    within_limits: bool = False,
     span_step: Any = None,
     line_for: str | None = None,
 ) -> EpisodeArrival | CorruptEpisode:
@@ -239,17 +238,14 @@ def read_record(
     ``raw`` is the record serialised; ``plain_scalars`` says orjson parsed or
     wrote it (see :func:`check_json_value`). Called once the record is
     parsed from its span (or synthesised).
-    ``within_limits`` says :func:`~prime_runs_otel._json.encode_record` wrote
-    ``raw`` with orjson, which leaves nothing to check.
     ``line_for`` (a run type) also builds the record's Prime Traces line
     template, for a run that will upload it.
     """
     episode_id = str(record.get("id"))
-    if not within_limits:
-        try:
-            check_json_value(record, "the episode record", raw, plain_scalars=plain_scalars)
-        except RecordError as exc:
-            return CorruptEpisode(episode_id, str(exc))
+    try:
+        check_json_value(record, "the episode record", raw, plain_scalars=plain_scalars)
+    except RecordError as exc:
+        return CorruptEpisode(episode_id, str(exc))
     step = record_step(record, span_step)
     return episode_arrival(record, raw, episode_id, step, line_for=line_for)
 

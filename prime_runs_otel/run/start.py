@@ -161,27 +161,16 @@ def _resolve_options(
     environment, as ``OTEL_SDK_DISABLED`` leaves them) and its config as
     the platform stores it; an argument that ``settings`` stands for is
     refused first, whatever else is wrong."""
-    refuse_overrides(
-        settings,
-        "start_run",
-        api_key=api_key,
-        base_url=base_url,
-        mode=mode,
-        spool_dir=spool_dir,
-        finish_timeout=finish_timeout,
-    )
+    overrides: dict[str, Any] = {
+        "api_key": api_key,
+        "base_url": base_url,
+        "mode": mode,
+        "spool_dir": spool_dir,
+        "finish_timeout": finish_timeout,
+    }
+    refuse_overrides(settings, "start_run", **overrides)
     metadata = normalize_config(config, config_file=config_file)
-    settings = without_sdk(
-        settings
-        or resolve_settings(
-            api_key=api_key,
-            base_url=base_url,
-            team_id=team_id,
-            mode=mode,
-            spool_dir=spool_dir,
-            finish_timeout=finish_timeout,
-        )
-    )
+    settings = without_sdk(settings or resolve_settings(team_id=team_id, **overrides))
     return settings, metadata
 
 

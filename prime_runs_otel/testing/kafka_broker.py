@@ -205,16 +205,7 @@ def start(directory: Path | None = None, count: int = 1) -> Cluster:
         _java(libs, ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)])
     try:
         for node in nodes:
-            log = (node.directory / "broker.log").open("ab")
-            node.process = subprocess.Popen(
-                [*_java_command(libs), "kafka.Kafka", str(node.directory / "server.properties")],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            log.close()
-            node.pid_file.write_text(str(node.process.pid))
+            _launch(node, libs)
         for node in nodes:
             wait_ready(node)
     except BaseException:
@@ -234,18 +225,22 @@ def _cluster_id() -> str:
 
 def restart(cluster: Cluster, node: Node) -> None:
     """Start a killed node again on its own data (the same ports)."""
-    libs = fetch() / "libs"
-    log = (node.directory / "broker.log").open("ab")
-    node.process = subprocess.Popen(
-        [*_java_command(libs), "kafka.Kafka", str(node.directory / "server.properties")],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    log.close()
-    node.pid_file.write_text(str(node.process.pid))
+    _launch(node, fetch() / "libs")
     wait_ready(node)
+
+
+def _launch(node: Node, libs: Path) -> None:
+    """Start one broker process on its formatted directory, its output in
+    ``broker.log`` and its pid written down for ``make kafka-stop``."""
+    with (node.directory / "broker.log").open("ab") as log:
+        node.process = subprocess.Popen(
+            [*_java_command(libs), "kafka.Kafka", str(node.directory / "server.properties")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    node.pid_file.write_text(str(node.process.pid))
 
 
 def _java_command(libs: Path) -> list[str]:
