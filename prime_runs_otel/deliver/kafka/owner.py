@@ -2,14 +2,15 @@
 calls that must not happen twice.
 
 The consumer loop (``collector/kafka_member.py``) says which partitions this
-member owns and which runs live in them; the uploader asks :meth:`owns`
-before it touches a run, so a run whose partition was revoked is left alone
-from its next step on, with no wait on the consumer's side. Before an upload
-is persisted, or a create is sent, the uploader records it
+member owns and which runs live in them (``collector/kafka_books.py`` keeps
+their books); the uploader asks :meth:`owns` before it touches a run, so a
+run whose partition was revoked is left alone from its next step on, with no
+wait on the consumer's side. Before an upload is persisted, a legacy sample
+request is begun, or a create is sent, the uploader records it
 (:meth:`record`): the consumer loop puts it in the run's state and commits it
 to Kafka, and only then does the call go out. A member that takes the
-partition over therefore knows every upload that may be stored, and every
-create and finalize that may have happened.
+partition over therefore knows every upload and sample request that may be
+stored, and every create and finalize that may have happened.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from .state import RunState
+
+#: What an intent announces: a Prime Traces upload, a run's create or
+#: finalize, or a legacy sample request.
+Kind = Literal["upload", "create", "close", "samples"]
 
 #: Runs a member's uploader advances at once. Each upload, create and
 #: finalize waits for a Kafka transaction before it goes out; several runs
@@ -54,7 +59,7 @@ class RunOwner(Protocol):
     def record(
         self,
         run_key: str,
-        kind: Literal["upload", "create", "close"],
+        kind: Kind,
         upload_id: str = "",
         episode_ids: Sequence[str] = (),
     ) -> None: ...
@@ -65,7 +70,7 @@ class Intent:
     """A platform call the uploader is about to make, waiting for its commit."""
 
     run_key: str
-    kind: Literal["upload", "create", "close"]
+    kind: Kind
     upload_id: str
     episode_ids: list[str]
     at: float = field(default_factory=time.time)
@@ -160,7 +165,7 @@ class FleetOwnership:
     def record(
         self,
         run_key: str,
-        kind: Literal["upload", "create", "close"],
+        kind: Kind,
         upload_id: str = "",
         episode_ids: Sequence[str] = (),
     ) -> None:

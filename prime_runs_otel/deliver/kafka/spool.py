@@ -1,12 +1,13 @@
 """The spool of a fleet member: the same spool, with the gate of
-:class:`.owner.RunOwner` in front of the two steps after which a platform
-call goes out that a new owner must know of: a Prime Traces upload (its
-episodes, hence its bytes and idempotency key), a run's create and its
-finalize."""
+:class:`.owner.RunOwner` in front of the steps after which a platform call
+goes out that a new owner must know of: a Prime Traces upload (its episodes,
+hence its bytes and idempotency key), a legacy sample request (which the
+platform cannot make idempotent: a new owner counts its episodes uncertain
+and never sends them again), a run's create and its finalize."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -48,6 +49,34 @@ class FleetDelivery(SpoolDelivery):
         except NotOwned as exc:
             raise Backoff(PlatformError(f"not sent: {exc}"), delay=1.0) from exc
         super().begin_traces_upload(run_id, seqs, upload_id, body, encoding=encoding)
+
+    def begin_samples_request(self, run_id: str, seqs: Sequence[int]) -> str:
+        """The sample table appends: a request a member may have sent when it
+        died must not go out again from the next owner, so its episodes are
+        committed to Kafka as the run's *uncertain* ones first."""
+        try:
+            self.owner.record(run_id, "samples", "", self._episode_ids(seqs))
+        except NotOwned as exc:
+            raise Backoff(PlatformError(f"not sent: {exc}"), delay=1.0) from exc
+        return super().begin_samples_request(run_id, seqs)
+
+    def uncertain_elsewhere(self, run_id: str, episode_ids: Collection[str]) -> int:
+        """Episodes another member may have stored in the sample table:
+        pending here, they are counted uncertain and never sent. How many were."""
+        wanted = list(episode_ids)
+        count = 0
+        with self._transaction() as db:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                where = f"run_id = ? AND state = 'pending' AND episode_id IN ({marks})"
+                count += db.execute(
+                    f"UPDATE episodes SET state = 'uncertain' WHERE {where}", (run_id, *chunk)
+                ).rowcount
+            db.execute(
+                "UPDATE runs SET uncertain = uncertain + ? WHERE local_id = ?", (count, run_id)
+            )
+        return count
 
     def claim_create(self, local_id: str) -> bool:
         try:

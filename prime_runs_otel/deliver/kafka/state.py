@@ -9,7 +9,11 @@ later records that are delivered too (marked so without a request);
 ``sending``: uploads begun and not confirmed, each with its episodes in line
 order, so the new owner sends the same bytes under the same idempotency key
 and Prime Traces replays its receipt; ``creating_at``: when a create request
-was about to go out with no platform run id known yet.
+was about to go out with no platform run id known yet; ``uncertain``:
+episodes a legacy sample request may have stored (begun, its answer not
+known), or counted uncertain already: the sample table appends, so a new
+owner never sends them again and counts them uncertain, as one process does
+after a restart (``deliver/sinks/samples.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class RunState:
     creating_at: float | None = None
     #: A finalize may have gone out: a new owner reads the status back first.
     finalizing: bool = False
+    #: Never sent again: a legacy sample request may have stored them.
+    uncertain: list[str] = field(default_factory=list)
 
     def encode(self) -> bytes:
         return json.dumps({"v": VERSION, **asdict(self)}, separators=(",", ":")).encode()

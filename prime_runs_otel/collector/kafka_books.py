@@ -1,0 +1,248 @@
+"""The books a member keeps of the runs in its partitions: which records of
+each run are not done yet, which platform calls were recorded before they
+went out, and what a previous owner left; and the run state
+(:class:`~..deliver.kafka.state.RunState`) committed from them.
+
+A record counts as done once none of its episodes waits for delivery (and,
+for a run's start, end or metrics, once the run is closed): a new owner
+skips a run's records up to its state's ``through``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from .. import semconv
+from .._text import shown
+from ..deliver.kafka.owner import FleetOwnership, Intent
+from ..deliver.kafka.spool import FleetSpool
+from ..deliver.kafka.state import RunState
+from ..deliver.spool import RunRow
+
+logger = logging.getLogger(__name__)
+
+#: Span names whose records are done only once their run is closed.
+CONTROL_SPANS = frozenset({semconv.RUN_START_SPAN, semconv.RUN_END_SPAN, semconv.RUN_METRICS_SPAN})
+
+
+@dataclass
+class Record:
+    offset: int
+    episode_ids: frozenset[str]
+    #: Carries a run's start, end or metrics (or an episode without an id).
+    control: bool
+
+
+@dataclass
+class RunBook:
+    """One run of an owned partition: its records not done yet."""
+
+    partition: int
+    through: int = -1
+    records: deque[Record] = field(default_factory=deque)
+    #: Uploads recorded before they went out, not yet in the spool's books.
+    intents: dict[str, list[str]] = field(default_factory=dict)
+    creating_at: float | None = None
+    finalizing: bool = False
+    #: Delivered elsewhere and not yet marked so here.
+    delivered_elsewhere: set[str] = field(default_factory=set)
+    #: Episodes of legacy sample requests recorded, not yet begun in the spool.
+    sampling: set[str] = field(default_factory=set)
+    #: Uncertain elsewhere (a sample request may have stored them), not yet counted here.
+    uncertain_elsewhere: set[str] = field(default_factory=set)
+    adopted: bool = False
+    written: bytes = b""
+
+
+@dataclass
+class Owned:
+    """An assigned partition: how far it is read, and when it is caught up."""
+
+    end_at_assignment: int
+    position: int | None = None
+    ready: bool = False
+    blocked_until: float = 0.0
+
+
+class RunBooks:
+    """The books of every run in this member's partitions, by run key."""
+
+    def __init__(self, spool: FleetSpool, ownership: FleetOwnership) -> None:
+        self._spool = spool
+        self._ownership = ownership
+        self.books: dict[str, RunBook] = {}
+
+    def book(self, key: str, partition: int, states: dict[str, RunState]) -> RunBook:
+        """The run's book, opened from the state a previous owner committed."""
+        book = self.books.get(key)
+        if book is None or book.partition != partition:
+            book = RunBook(partition)
+            state = states.get(key)
+            if state is not None and state.partition == partition:
+                book.through = state.through
+                book.delivered_elsewhere = set(state.delivered)
+                book.uncertain_elsewhere = set(state.uncertain)
+                book.creating_at = state.creating_at
+                book.finalizing = state.finalizing
+                self._ownership.inherit(state)
+            self.books[key] = book
+            self._ownership.bind(key, partition)
+        return book
+
+    def in_partition(self, partition: int) -> list[tuple[str, RunBook]]:
+        return [(key, book) for key, book in self.books.items() if book.partition == partition]
+
+    def note(self, intent: Intent, owned: Owned | None) -> None:
+        """An intent into its run's book, or refused when the run's
+        partition is not this member's (caught up) now."""
+        book = self.books.get(intent.run_key)
+        if book is None or owned is None or not owned.ready:
+            intent.error = "the run's partition is not this member's"
+            return
+        if intent.kind == "upload":
+            book.intents[intent.upload_id] = intent.episode_ids
+        elif intent.kind == "samples":
+            book.sampling.update(intent.episode_ids)
+        elif intent.kind == "close":
+            book.finalizing = True
+        else:
+            book.creating_at = intent.at
+
+    def adopt(self, key: str, book: RunBook) -> None:
+        """What the previous owner did with the run, applied to this spool."""
+        state = self._ownership.inherited(key)
+        if state is None:
+            return
+        run = self._spool.reading.run(key)
+        if run is None:
+            return
+        if not book.adopted:
+            book.adopted = True
+            self._spool.adopt(key, **_adopted_values(state, run))
+            logger.info(
+                "Run %s: taken over (platform run %s, %d episode(s) delivered before, %d "
+                "upload(s) to send again)",
+                shown(key),
+                state.platform_id,
+                len(state.delivered),
+                len(state.sending),
+            )
+        if book.delivered_elsewhere:
+            self._spool.handover.delivered_elsewhere(key, book.delivered_elsewhere)
+            stored = self._spool.handover.stored_ids(key, book.delivered_elsewhere)
+            book.delivered_elsewhere -= {i for i, s in stored.items() if s == "delivered"}
+        if book.uncertain_elsewhere:
+            counted = self._spool.delivery.uncertain_elsewhere(key, book.uncertain_elsewhere)
+            stored = self._spool.handover.stored_ids(key, book.uncertain_elsewhere)
+            book.uncertain_elsewhere -= {i for i, s in stored.items() if s == "uncertain"}
+            if counted:
+                logger.warning(
+                    "Run %s: %d episode(s) may have been stored in the sample table by the "
+                    "member that delivered the run before; they are not sent again (duplicate "
+                    "rows would skew every average). Counted as uncertain.",
+                    shown(key),
+                    counted,
+                )
+
+    def settle(self, key: str, book: RunBook, held: set[str]) -> RunState:
+        """The run's state now, its done records dropped from ``book``."""
+        handover = self._spool.handover
+        run = self._spool.reading.run(key)
+        waiting = held | (handover.undelivered_ids(key) if run is not None else set())
+        while book.records and _done(book.records[0], run, waiting):
+            book.through = book.records.popleft().offset
+        remaining = {i for record in book.records for i in record.episode_ids}
+        stored = handover.stored_ids(key, remaining) if run is not None and remaining else {}
+        delivered = {i for i, s in stored.items() if s == "delivered"}
+        # A sample request's episodes are "sending" from its start to its answer.
+        uncertain = {i for i, s in stored.items() if s in ("sending", "uncertain")}
+        begun = handover.stored_ids(key, book.sampling) if run is not None else {}
+        book.sampling = {i for i in book.sampling if begun.get(i, "pending") == "pending"}
+        platform_id = run.platform_id if run is not None else None
+        inherited = self._ownership.inherited(key)
+        if platform_id is None and inherited is not None:
+            platform_id = inherited.platform_id
+        return RunState(
+            run=key,
+            partition=book.partition,
+            through=book.through,
+            platform_id=platform_id,
+            url=run.url if run is not None else None,
+            closed=bool(run is not None and run.closed),
+            traces_written=run.traces_written if run is not None else 0,
+            # What a previous owner left and this spool has not applied yet goes on too.
+            delivered=sorted(delivered | book.delivered_elsewhere),
+            sending=self._sending(key, book, run),
+            creating_at=None if platform_id else book.creating_at,
+            finalizing=book.finalizing and not (run is not None and run.closed),
+            uncertain=sorted(uncertain | book.sampling | book.uncertain_elsewhere),
+        )
+
+    def _sending(self, key: str, book: RunBook, run: RunRow | None) -> list[tuple[str, list[str]]]:
+        """The run's Prime Traces uploads begun and not confirmed: this
+        spool's, the intents not in its books yet, and those inherited."""
+        handover = self._spool.handover
+        opened = handover.open_traces_uploads(key) if run is not None else []
+        open_ids = {upload for upload, _ in opened}
+        for upload in list(book.intents):
+            if upload not in open_ids and handover.upload_state(upload) is not None:
+                del book.intents[upload]  # confirmed, or given up: in the books now
+        sending = [*opened, *((u, i) for u, i in book.intents.items() if u not in open_ids)]
+        known = {upload for upload, _ in sending}
+        sending += [item for item in self._ownership.inherited_uploads(key) if item[0] not in known]
+        return [(u, list(i)) for u, i in sending]
+
+
+def _adopted_values(state: RunState, run: RunRow) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if state.platform_id and not run.platform_id:
+        values.update(
+            platform_id=state.platform_id,
+            url=state.url,
+            create_state="created",
+            traces_written=state.traces_written,
+        )
+    if state.closed and not run.closed:
+        values.update(close_state="closed", closed_at=time.time())
+    elif state.finalizing and not run.closed:
+        values.update(close_state="finalizing")
+    return values
+
+
+def _done(record: Record, run: RunRow | None, waiting: set[str]) -> bool:
+    if run is None:
+        return not record.episode_ids & waiting and not record.control
+    if record.episode_ids & waiting:
+        return False
+    return not record.control or run.settled or run.stopped
+
+
+def episode_ids(request: ExportTraceServiceRequest) -> tuple[frozenset[str], bool]:
+    """The episode ids a record carries, and whether it carries more than
+    episodes (a run's start, end or metrics, or an episode known by no id)."""
+    ids: set[str] = set()
+    control = False
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if span.name in CONTROL_SPANS:
+                    control = True
+                    continue
+                episode_id = None
+                example = False
+                for pair in span.attributes:
+                    if pair.key == semconv.EPISODE_ID:
+                        episode_id = pair.value.string_value
+                    elif pair.key == semconv.EPISODE_EXAMPLE_ID:
+                        example = True
+                if episode_id:
+                    ids.add(episode_id)
+                elif example:
+                    control = True
+    return frozenset(ids), control
