@@ -209,9 +209,8 @@ def count_values(body: bytes, limit: int, layout: WireLayout | None = None) -> i
     fields: WireLayout = layout or _REQUEST
     end = len(body)
     stack: list[tuple[WireLayout, int]] = []
-    # One loop with the one-byte varints read inline: the tags and lengths
-    # of an OTLP body nearly all fit in a byte, and a call per varint was
-    # most of what counting cost.
+    # One loop, one-byte varints read inline: an OTLP body's tags and lengths
+    # nearly all fit in a byte, and a call per varint was most of the cost.
     try:
         while True:
             if position >= end:
@@ -244,10 +243,8 @@ def count_values(body: bytes, limit: int, layout: WireLayout | None = None) -> i
                     fields, end = inner, position + length
             elif wire_type == 0:
                 _, position = _varint(body, position)
-            elif wire_type == 1:
-                position += 8
-            elif wire_type == 5:
-                position += 4
+            elif wire_type == 1 or wire_type == 5:
+                position += 8 if wire_type == 1 else 4
             else:
                 return count  # groups or garbage: the parser says so
     except IndexError:

@@ -50,29 +50,11 @@ class Receiver:
     """One ``serve`` process: spool, uploader, HTTP and gRPC fronts."""
 
     def __init__(self, config: ReceiverConfig, settings: Settings) -> None:
-        config.validate()
-        if settings.mode == "disabled":
-            raise ConfigError(
-                "serve cannot run with PRIME_RUNS_MODE=disabled: it would accept spans and "
-                "drop them. Use online (with an API key) or local."
-            )
-        if config.kafka is not None and settings.mode != "online":
-            raise ConfigError(
-                "serve --kafka delivers runs to the platform: set PRIME_API_KEY (a fleet "
-                "keeps no local store), or run serve without --kafka for PRIME_RUNS_MODE=local"
-            )
+        _refuse_unservable(config, settings)
         self.config = config
         self.settings = settings
         self.ownership = FleetOwnership() if config.kafka is not None else None
-        spool_options = {
-            "max_bytes": settings.spool_max_bytes,
-            "keep_delivered": settings.keep_delivered,
-        }
-        self.spool = (
-            Spool(settings.spool_path, **spool_options)  # type: ignore[arg-type]
-            if self.ownership is None
-            else FleetSpool(settings.spool_path, self.ownership, **spool_options)
-        )
+        self.spool = _open_spool(settings, self.ownership)
         self._http_socket = listen(config.host, config.http_port)
         self.http_port: int = self._http_socket.getsockname()[1]
         self.uploader = Uploader(
@@ -99,18 +81,7 @@ class Receiver:
         self.logs = LogIntake(
             self.intake, handoff=None if self.ingest is None else self.ingest.hand_off_logs
         )
-        self.member: KafkaMember | None = None
-        if config.kafka is not None:
-            assert self.ownership is not None and isinstance(self.spool, FleetSpool)
-            _, kafka_member = _kafka_modules()
-            self.member = kafka_member.KafkaMember(
-                config.kafka,
-                config.kafka.member or f"{socket.gethostname()}:{self.http_port}",
-                self.spool,
-                self.intake,
-                self.logs,
-                self.ownership,
-            )
+        self.member = self._fleet_member()
         self.memory = DecodeBudget(config.memory_bytes)
         self._releasing = threading.Event()
         self._releaser = threading.Thread(
@@ -121,18 +92,38 @@ class Receiver:
         self._grpc: grpc.Server | None = None
         self._grpc_front: GrpcFront | None = None
         if config.grpc_port is not None:
-            try:
-                self._grpc_front = grpc_server(self, config.grpc_port)
-            except ConfigError:
-                self._http_socket.close()
-                raise
-            self._grpc, self.grpc_port = self._grpc_front.server, self._grpc_front.port
+            self._open_grpc(config.grpc_port)
         self._stopped: threading.Event | None = None
         #: OTLP/HTTP requests being read or committed (shown on /healthz).
         self.in_flight = 0
         self.descriptors = raise_descriptor_limit()
         self.connection_cap = connection_cap(config.max_connections, self.descriptors)
         self._server = http_server(self, self.connection_cap, self.descriptors)
+
+    def _fleet_member(self) -> KafkaMember | None:
+        """With ``--kafka``: the consumer loop that feeds this member's spool."""
+        kafka = self.config.kafka
+        if kafka is None:
+            return None
+        assert self.ownership is not None and isinstance(self.spool, FleetSpool)
+        _, kafka_member = _kafka_modules()
+        member: KafkaMember = kafka_member.KafkaMember(
+            kafka,
+            kafka.member or f"{socket.gethostname()}:{self.http_port}",
+            self.spool,
+            self.intake,
+            self.logs,
+            self.ownership,
+        )
+        return member
+
+    def _open_grpc(self, port: int) -> None:
+        try:
+            self._grpc_front = grpc_server(self, port)
+        except ConfigError:
+            self._http_socket.close()  # the HTTP port is bound already
+            raise
+        self._grpc, self.grpc_port = self._grpc_front.server, self._grpc_front.port
 
     # -- running ------------------------------------------------------------------
 
@@ -261,6 +252,29 @@ class Receiver:
     async def run_blocking(self, function: Callable[..., Verdict], *args: Any) -> Verdict:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, function, *args)
+
+
+def _refuse_unservable(config: ReceiverConfig, settings: Settings) -> None:
+    """Settings this process cannot serve with, refused before anything opens."""
+    config.validate()
+    if settings.mode == "disabled":
+        raise ConfigError(
+            "serve cannot run with PRIME_RUNS_MODE=disabled: it would accept spans and "
+            "drop them. Use online (with an API key) or local."
+        )
+    if config.kafka is not None and settings.mode != "online":
+        raise ConfigError(
+            "serve --kafka delivers runs to the platform: set PRIME_API_KEY (a fleet "
+            "keeps no local store), or run serve without --kafka for PRIME_RUNS_MODE=local"
+        )
+
+
+def _open_spool(settings: Settings, ownership: FleetOwnership | None) -> Spool:
+    """The spool; a fleet member's has the gate of its ownership in front."""
+    options = {"max_bytes": settings.spool_max_bytes, "keep_delivered": settings.keep_delivered}
+    if ownership is None:
+        return Spool(settings.spool_path, **options)  # type: ignore[arg-type]
+    return FleetSpool(settings.spool_path, ownership, **options)
 
 
 def _kafka_modules() -> tuple[Any, Any]:
