@@ -19,7 +19,16 @@ kafka`` starts it), ``serve`` processes, the fake platform in this process.
 The machine is shared: the load average before and after is printed beside
 the figures.
 
-    python bench/kafka.py [--episodes 3000] [--rate 1000] [--seconds 10]
+``--stages`` splits a member's acknowledgement latency where it is spent, as
+the member measured it (``/metrics``, ``kafka_request_stage_seconds``): decode
+(waiting for a worker thread, decompressing, decoding), produce (records
+handed to the producer), broker ack (until the last acknowledgement was
+served), wake (until the request's thread ran again) and answer (until the
+answer was written). ``--latency-rounds N`` measures only that, N paced runs
+on one member, each with the load average beside it.
+
+    python bench/kafka.py [--episodes 3000] [--rate 1000] [--seconds 10] [--stages]
+    python bench/kafka.py --latency-rounds 3 --stages
 """
 
 from __future__ import annotations
@@ -93,6 +102,52 @@ def latency(member: ServeProcess, rate: int, seconds: float, tag: str) -> tuple[
     answer = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     p50, p99 = answer.split()[-2:]
     return float(p50), float(p99)
+
+
+def stages(member: ServeProcess) -> dict[tuple[str, str], float]:
+    """The member's own split of its last requests' time, in milliseconds."""
+    text = httpx.get(f"{member.url}/metrics", timeout=30).text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("prime_runs_otel_kafka_request_stage_seconds{"):
+            labels, value = line.split("{", 1)[1].split("} ")
+            pairs = dict(item.split("=") for item in labels.split(","))
+            key = (pairs["stage"].strip('"'), pairs["quantile"].strip('"'))
+            found[key] = float(value) * 1000
+    return found
+
+
+def show_stages(found: dict[tuple[str, str], float]) -> None:
+    order = ("decode", "produce", "broker_ack", "wake", "answer", "total")
+    print("  stage (in the member)   p50 ms   p99 ms")
+    for stage in order:
+        p50, p99 = found.get((stage, "0.5"), 0.0), found.get((stage, "0.99"), 0.0)
+        print(f"  {stage:<22}{p50:8.1f}{p99:9.1f}")
+
+
+def latency_rounds(rounds: int, rate: int, seconds: float, with_stages: bool) -> None:
+    """Only the acknowledgement latency of one member, ``rounds`` paced runs."""
+    root = Path(tempfile.mkdtemp(prefix="bench-kafka."))
+    cluster = start(root / "kafka")
+    try:
+        with FakePlatform() as platform:
+            fleet = Fleet(root / "member", cluster, platform, partitions=6)
+            member = delivering(fleet.add())
+            for index in range(rounds):
+                before = os.getloadavg()[0]
+                p50, p99 = latency(member, rate, seconds, f"round{index}")
+                print(
+                    f"round {index + 1}: ack latency at {rate} episodes/s: p50 {p50:.1f} ms, "
+                    f"p99 {p99:.1f} ms (load average {before:.2f} before, "
+                    f"{os.getloadavg()[0]:.2f} after, 2 cores)",
+                    flush=True,
+                )
+                if with_stages:
+                    show_stages(stages(member))
+            fleet.stop_all()
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def paced(url: str, rate: int, seconds: float, tag: str) -> tuple[float, float]:
@@ -171,7 +226,12 @@ def main() -> int:
     parser.add_argument("--per-request", type=int, default=30)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--stages", action="store_true", help="split the member's latency")
+    parser.add_argument("--latency-rounds", type=int, default=0, help="only the latency, N runs")
     args = parser.parse_args()
+    if args.latency_rounds:
+        latency_rounds(args.latency_rounds, args.rate, args.seconds, args.stages)
+        return 0
     root = Path(tempfile.mkdtemp(prefix="bench-kafka."))
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores)", flush=True)
     cluster = start(root / "kafka")
@@ -191,6 +251,7 @@ def main() -> int:
                 [member], platform, args.episodes, args.per_request, "kafka"
             )
             results["kafka_ack"] = latency(member, args.rate, args.seconds, "kafka")
+            results["stages"] = stages(member)
             fleet.stop_all()
         results["resume_s"] = resume(cluster, root / "resume")
     finally:
@@ -206,6 +267,8 @@ def main() -> int:
         p50, p99 = results[f"{mode}_ack"]
         print(f"ack latency at {args.rate} episodes/s, {mode}: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     print(f"a killed member's runs whole again after: {results['resume_s']:.1f} s")
+    if args.stages:
+        show_stages(results["stages"])
     return 0
 
 

@@ -139,3 +139,16 @@ def _cut_and_check(sizes: list[int]) -> None:
         if len(values) > 1:
             assert len(value) <= kafka_ingest.RECORD_TARGET_BYTES + max(sizes) + 1024
     assert names == [f"span-{index}" for index in range(len(sizes))]
+
+
+def test_a_requests_stages_add_up_to_its_time_and_the_window_keeps_the_last() -> None:
+    stages = kafka_ingest.Stages()
+    for n in range(kafka_ingest.STAGE_WINDOW + 10):
+        slow = 1.0 if n < 10 else 0.0  # the oldest requests, out of the window
+        # received 0; handed off, produced, acknowledged, resumed; answered
+        stages.observe(0.0, (0.001, 0.002 + slow, 0.030 + slow, 0.031 + slow), 0.035 + slow)
+    found = stages.quantiles()
+    assert found[("broker_ack", "0.99")] == pytest.approx(0.028)
+    assert found[("total", "0.5")] == pytest.approx(0.035)
+    parts = sum(found[(stage, "0.5")] for stage in kafka_ingest.STAGES if stage != "total")
+    assert parts == pytest.approx(found[("total", "0.5")])

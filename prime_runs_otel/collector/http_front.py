@@ -18,6 +18,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any, Protocol
 
@@ -70,6 +71,8 @@ class HttpReceiver(Protocol):
     def not_ready_reason(self) -> str | None: ...
 
     def metrics_text(self) -> str: ...
+
+    def note_stages(self, received: float, stamps: tuple[float, ...], answered: float) -> None: ...
 
     def begin_stop(self) -> threading.Event: ...
 
@@ -214,6 +217,7 @@ class OtlpHttpApp:
             body = await _read_body(
                 receive, headers, self._config.max_body_bytes, self._config.read_timeout
             )
+            received = time.monotonic()
             verdict = await self._receiver.run_blocking(
                 self._take, signal, body, headers.get("content-encoding", ""), content_type
             )
@@ -223,6 +227,8 @@ class OtlpHttpApp:
             await _send_status(send, exc.status, exc.message, content_type, **retry)
             return
         await _send_verdict(send, verdict, content_type, signal.respond)
+        if verdict.stamps:
+            self._receiver.note_stages(received, verdict.stamps, time.monotonic())
 
     def _take(self, signal: Signal, body: bytes, encoding: str, content_type: str) -> Verdict:
         """Decompress one OTLP/HTTP body and have it taken (on a worker thread)."""

@@ -61,6 +61,10 @@ class Verdict:
     message: str = ""
     rejected: int = 0
     retry_after: int | None = None
+    #: With ``--kafka``: when the request was handed to the producer, its
+    #: records produced, the last acknowledged and its thread running again
+    #: (``time.monotonic()``), for the stages ``/metrics`` reports.
+    stamps: tuple[float, ...] = ()
 
 
 class SpanIntake:

@@ -17,10 +17,12 @@ the member that owns the run, which logs it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import threading
-from collections import defaultdict
+import time
+from collections import defaultdict, deque
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -44,6 +46,10 @@ KAFKA_RETRY_AFTER = 2
 RECORD_TARGET_BYTES = 4 * 1024 * 1024
 #: The GIL's switch interval in a member (see :class:`KafkaIngest`).
 SWITCH_INTERVAL = 0.001
+#: Where an OTLP request's time goes in a member, in order (``total``: all of it).
+STAGES = ("decode", "produce", "broker_ack", "wake", "answer", "total")
+#: ``/metrics`` reports the stages of this many requests, the last ones.
+STAGE_WINDOW = 1000
 #: Header naming what a record holds.
 KIND_HEADER = "prime-runs-otel"
 TRACES, LOGS = b"traces", b"logs"
@@ -62,6 +68,7 @@ class KafkaIngest:
         # fell from 72 to 38 ms on a loaded two-core machine.
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._producer = Producer(settings.ingest_producer())
+        self.stages = Stages()
         self._stopping = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="kafka-ingest", daemon=True)
         self._poller.start()
@@ -79,6 +86,7 @@ class KafkaIngest:
     # -- requests -----------------------------------------------------------------------
 
     def hand_off(self, request: ExportTraceServiceRequest) -> Verdict:
+        began = time.monotonic()
         by_run: dict[str, list[ResourceSpans]] = defaultdict(list)
         unattributed = 0
         for resource_spans in request.resource_spans:
@@ -100,7 +108,7 @@ class KafkaIngest:
             values, dropped = _records_of(parts)
             oversized += dropped
             records += [(key, value) for value in values]
-        verdict = self._produce(records, TRACES)
+        verdict, stamps = self._produce(records, TRACES, began)
         if verdict is not None:
             return verdict
         rejected = unattributed + oversized
@@ -109,22 +117,27 @@ class KafkaIngest:
             message.append(f"{unattributed} episode span(s) without {semconv.RUN_ID}")
         if oversized:
             message.append(f"{oversized} span(s) larger than a Kafka record may be")
-        return Verdict("accepted", "; ".join(message), rejected=rejected)
+        return Verdict("accepted", "; ".join(message), rejected=rejected, stamps=stamps)
 
     def hand_off_logs(self, request: ExportLogsServiceRequest) -> Verdict:
         """Span events sent as log records go to their run's partition too
         (keyed by the Resource's run key), so they meet their spans there."""
+        began = time.monotonic()
         records: list[tuple[str, bytes]] = []
         for resource_logs in request.resource_logs:
             key = _run_key(resource_logs.resource) or ""
             single = ExportLogsServiceRequest(resource_logs=[resource_logs])
             records.append((key, single.SerializeToString()))
-        return self._produce(records, LOGS) or Verdict("accepted")
+        verdict, stamps = self._produce(records, LOGS, began)
+        return verdict or Verdict("accepted", stamps=stamps)
 
-    def _produce(self, records: list[tuple[str, bytes]], kind: bytes) -> Verdict | None:
-        """``None`` once every record is acknowledged, else the overload verdict."""
+    def _produce(
+        self, records: list[tuple[str, bytes]], kind: bytes, began: float
+    ) -> tuple[Verdict | None, tuple[float, ...]]:
+        """``None`` once every record is acknowledged, else the overload
+        verdict; and the times of the request's stages in the producer."""
         if not records:
-            return None
+            return None, ()
         waiting = _Acks(len(records))
         try:
             for key, value in records:
@@ -137,16 +150,17 @@ class KafkaIngest:
                 )
         except (BufferError, KafkaException) as exc:
             waiting.fail(f"the producer refused a record: {exc}")
+        produced = time.monotonic()
         if not waiting.done.wait(ACK_TIMEOUT):
             waiting.fail(f"the Kafka brokers did not acknowledge within {ACK_TIMEOUT:g}s")
         if waiting.error is None:
-            return None
+            return None, (began, produced, waiting.acked_at, time.monotonic())
         logger.warning("Answered an OTLP request as overload: %s", waiting.error)
         return Verdict(
             "unavailable",
             f"{waiting.error}; retry later",
             retry_after=KAFKA_RETRY_AFTER,
-        )
+        ), ()
 
 
 class _Acks:
@@ -157,6 +171,8 @@ class _Acks:
         self._lock = threading.Lock()
         self.error: str | None = None
         self.done = threading.Event()
+        #: When the last acknowledgement was served (``time.monotonic()``).
+        self.acked_at = 0.0
 
     def report(self, error: KafkaError | None, _message: Any) -> None:
         with self._lock:
@@ -164,6 +180,7 @@ class _Acks:
                 self.error = f"Kafka did not take a record: {error.str()}"
             self._left -= 1
             if self._left <= 0 or self.error is not None:
+                self.acked_at = time.monotonic()
                 self.done.set()
 
     def fail(self, reason: str) -> None:
@@ -171,6 +188,40 @@ class _Acks:
             if self.error is None:
                 self.error = reason
             self.done.set()
+
+
+class Stages:
+    """Where the last :data:`STAGE_WINDOW` requests' time went, from their
+    body read to their answer sent: ``decode`` (waiting for a worker,
+    decompressing, decoding, checking), ``produce`` (cutting the request into
+    records and handing them to the producer), ``broker_ack`` (until the last
+    acknowledgement was served), ``wake`` (until the request's thread ran
+    again), ``answer`` (until the answer was written). The acknowledgement
+    latency is the sum; which stage grows says what to change."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: deque[tuple[float, ...]] = deque(maxlen=STAGE_WINDOW)
+
+    def observe(self, received: float, stamps: tuple[float, ...], answered: float) -> None:
+        times = (received, *stamps, answered)
+        row = tuple(later - earlier for earlier, later in itertools.pairwise(times))
+        with self._lock:
+            self._rows.append((*row, answered - received))
+
+    def quantiles(self, points: tuple[float, ...] = (0.5, 0.99)) -> dict[tuple[str, str], float]:
+        """Seconds by (stage, quantile), over the requests in the window."""
+        with self._lock:
+            rows = list(self._rows)
+        found: dict[tuple[str, str], float] = {}
+        if not rows:
+            return found
+        for index, stage in enumerate(STAGES):
+            values = sorted(row[index] for row in rows)
+            for point in points:
+                at = min(len(values) - 1, int(point * len(values)))
+                found[(stage, f"{point:g}")] = values[at]
+        return found
 
 
 def _run_key(resource: Resource) -> str | None:

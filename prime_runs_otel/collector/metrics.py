@@ -44,6 +44,11 @@ FIGURES: dict[str, tuple[str, str]] = {
         "gauge",
         "with --kafka: records of this member's partitions not read yet",
     ),
+    "kafka_request_stage_seconds": (
+        "gauge",
+        "with --kafka: where an OTLP/HTTP request's time went, from its body read to its "
+        "answer sent, by stage and quantile, over the last 1000 requests",
+    ),
     "episodes": ("gauge", "episodes in the spool, by state"),
     "episodes_pending": ("gauge", "episodes stored and not delivered yet"),
     "episodes_delivered": ("gauge", "episodes in the spool the platform has acknowledged"),
@@ -105,6 +110,7 @@ def render(
     spool_max_bytes: int,
     now: float | None = None,
     kafka_lag: int | None = None,
+    kafka_stages: dict[tuple[str, str], float] | None = None,
 ) -> str:
     """Every figure in the Prometheus text exposition format (0.0.4)."""
     now = time.time() if now is None else now
@@ -132,6 +138,10 @@ def render(
     ]
     if kafka_lag is not None:
         samples.append(("kafka_lag", {}, float(kafka_lag)))
+    for (stage, quantile), seconds in (kafka_stages or {}).items():
+        samples.append(
+            ("kafka_request_stage_seconds", {"stage": stage, "quantile": quantile}, seconds)
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Figures(samples))
     return generate_latest(registry).decode("utf-8")

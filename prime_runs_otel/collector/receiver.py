@@ -231,7 +231,13 @@ class Receiver:
             spool_bytes=self.spool.housekeeping.used_bytes(),
             spool_max_bytes=self.spool.max_bytes,
             kafka_lag=None if self.member is None else self.member.lag,
+            kafka_stages=None if self.ingest is None else self.ingest.stages.quantiles(),
         )
+
+    def note_stages(self, received: float, stamps: tuple[float, ...], answered: float) -> None:
+        """An OTLP/HTTP request handed to Kafka was answered: its stages."""
+        if self.ingest is not None:
+            self.ingest.stages.observe(received, stamps, answered)
 
     def not_ready_reason(self) -> str | None:
         if self._stopped is not None:
