@@ -256,7 +256,7 @@ def grpc_server(receiver: GrpcReceiver, port: int) -> GrpcFront:
     """The gRPC front of ``receiver`` on ``port`` (0: any free one)."""
     config = receiver.config
     _refuse_taken_port(config.host, port)
-    pool = _CountingPool(config.workers)
+    pool = _CountingPool(config.intake_threads)
     calls = ExportCalls(receiver, "OTLP/gRPC")
     services = [
         OtlpGrpcService(calls, calls.traces, GRPC_SERVICE, ExportTraceServiceResponse),

@@ -87,7 +87,7 @@ class Receiver:
         self._releaser = threading.Thread(
             target=self._release_loop, name="otlp-synthesis", daemon=True
         )
-        self._executor = ThreadPoolExecutor(config.workers, thread_name_prefix="otlp-intake")
+        self._executor = ThreadPoolExecutor(config.intake_threads, thread_name_prefix="otlp-intake")
         self.grpc_port: int | None = None
         self._grpc: grpc.Server | None = None
         self._grpc_front: GrpcFront | None = None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .._net import is_loopback
 from ..deliver.kafka.settings import KafkaSettings
 from ..errors import ConfigError
+from .admission import admitted_calls
 from .intake import DEFAULT_MAX_HELD_SPANS, DEFAULT_SETTLE_SECONDS
 
 MiB = 1024 * 1024
@@ -80,6 +81,19 @@ class ReceiverConfig:
     #: In a Kafka fleet: the cluster and topics this member shares (None:
     #: this serve alone, with its spool).
     kafka: KafkaSettings | None = None
+
+    @property
+    def intake_threads(self) -> int:
+        """Threads that decode and commit requests (per front). Alone,
+        ``--workers``: spool commits serialise anyway. In a fleet, one per
+        admitted call: a request's thread spends most of its time waiting for
+        the brokers' acknowledgement (without the GIL), and with ``--workers``
+        threads the calls admitted behind them queued for one: at 1,000
+        episodes/s that wait was the largest part of the acknowledgement
+        latency (``bench/kafka.py --stages``)."""
+        if self.kafka is None:
+            return self.workers
+        return admitted_calls(self.workers)
 
     def validate(self) -> None:
         """Refuse settings that would expose the spool or cannot work."""
