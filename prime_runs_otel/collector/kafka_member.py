@@ -15,9 +15,14 @@ start, end or metrics, once the run is closed). The member that takes a
 partition over (after a rebalance or a kill -9) reads the states, starts at
 the committed offset, skips the records of a run up to its ``through``, marks
 the episodes the previous owner delivered as delivered, sends again the
-uploads it began with the same bytes (Prime Traces replays the receipt) and
-adopts its platform run: no run created twice, no episode uploaded twice,
-none skipped.
+uploads it began with the same bytes (Prime Traces replays the receipt),
+counts the episodes of the legacy sample requests it began uncertain (the
+sample table appends: they are never sent twice) and adopts its platform
+run: no run created twice, no episode uploaded twice, none skipped.
+
+This module is the loop, the rebalancing and what goes in each commit; the
+books of the runs are :mod:`.kafka_books`, the table of run states and the
+topics :mod:`.kafka_table`, the transactions :mod:`.kafka_commit`.
 
 Platform calls never run on this thread: the uploader makes them, and it
 asks :class:`~..deliver.kafka.owner.FleetOwnership` first. A revoked
