@@ -1,7 +1,7 @@
 """The Kafka fleet's narrow windows, on a real broker and the fake platform:
 a member killed -9 while a legacy sample request (which the platform cannot
-make idempotent) is on its way, and a broker that stops answering while a
-member's transactions are in flight."""
+make idempotent) is on its way, a broker that stops answering while a
+member's transactions are in flight, and two members under one name."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kafka_fleet import Fleet, all_closed, assert_books, kafka, run_bodies, wait_for
-from test_receiver import ServeProcess, episodes
+from test_receiver import ServeProcess, episodes, post
 
 from prime_runs_otel.testing import FakePlatform
 from prime_runs_otel.testing.kafka_broker import Cluster
@@ -150,3 +151,26 @@ def test_a_broker_stopped_mid_transaction_holds_delivery_for_a_bounded_time(
     fleet.platform.set_latency(0)
     wait_for(lambda: all_closed(fleet.platform, list(runs)), 240, "every run to close")
     assert_books(fleet.platform, runs)
+
+
+def test_a_second_member_under_the_same_name_stops_the_first_cleanly(fleet: Fleet) -> None:
+    """Two ``serve`` under one ``--kafka-member``: the second takes the name
+    (its group membership and transactional id fence the first's), and the
+    first stops delivering at once, says so on /readyz, and never fences the
+    second back: the runs are delivered once, by the second."""
+    first = fleet.add(name="twin")
+    rng = random.Random(13)
+    before = {"twin-before": episodes(6, seed=950)}
+    (body,) = run_bodies(before["twin-before"], "twin-before", 1)
+    fleet.send(body, rng)
+    wait_for(lambda: all_closed(fleet.platform, list(before)), 180, "the first run to close")
+    second = fleet.add(name="twin", root=fleet.root / "twin-2")
+    wait_for(lambda: "stops delivering" in first.log(), 120, "the first member to stop delivering")
+    answer = httpx.get(f"{first.url}/readyz", timeout=30)
+    assert answer.status_code == 503 and "fenced" in answer.text, answer.text
+    after = {"twin-after": episodes(6, seed=951)}
+    (body,) = run_bodies(after["twin-after"], "twin-after", 1)
+    assert post(second.traces_url, body).status_code == 200
+    wait_for(lambda: all_closed(fleet.platform, list(after)), 180, "the second run to close")
+    assert "stops delivering" not in second.log()
+    assert_books(fleet.platform, {**before, **after})

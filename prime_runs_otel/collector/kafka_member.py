@@ -133,7 +133,10 @@ class KafkaMember:
                 self._commit(force=True)
             except Exception as exc:
                 logger.warning("The last commit before leaving failed: %s", shown(exc))
-            self._consumer.close()
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as exc:  # fenced: it cannot leave cleanly
+                logger.warning("Leaving the Kafka group failed: %s", shown(exc))
         if self._table is not None:
             self._table.close()
         self._writer.flush(5)
@@ -189,6 +192,12 @@ class KafkaMember:
         blocked: set[int] = set()
         for message in messages:
             error = message.error()
+            # A fatal error arrives as an event of code _FATAL (its flag unset).
+            if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
+                raise Fenced(
+                    f"the Kafka consumer cannot go on ({error.str()}); if another serve runs "
+                    "under this member's --kafka-member, give each its own"
+                )
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
                     logger.warning("Kafka: %s", error.str())
