@@ -95,67 +95,82 @@ def start_run(
     ``finish_timeout``: passing one of those with it is a ``TypeError``,
     never an argument silently ignored.
     """
-    given = dict(locals())  # every argument by name: bind nothing above this line
-    settings, metadata = _resolve_options(given)
-    resource = run_resource(**_picked(given, _RESOURCE_FIELDS))
-    run = _wire(resource, settings, **_picked(given, _WIRE_FIELDS))
+    if kind not in ("eval", "train"):
+        raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
+    settings, metadata = _resolve_options(
+        settings,
+        config,
+        config_file=config_file,
+        api_key=api_key,
+        base_url=base_url,
+        team_id=team_id,
+        mode=mode,
+        spool_dir=spool_dir,
+        finish_timeout=finish_timeout,
+    )
+    if kind == "train":
+        _check_training_run(settings, model=model, attach=attach)
+    resource = run_resource(
+        run_id=run_id,
+        kind=kind,
+        name=name,
+        model=model,
+        environments=environments,
+        framework=framework,
+        tags=tags,
+        description=description,
+        attach=attach,
+        team_id=team_id,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        rollouts_per_example=rollouts_per_example,
+        seq_len=seq_len,
+        wandb_project=wandb_project,
+        wandb_entity=wandb_entity,
+        wandb_run_name=wandb_run_name,
+    )
+    run = _wire(
+        resource,
+        settings,
+        kind=kind,
+        owns_run=owns_run,
+        capture_content=capture_content,
+        child_spans=child_spans,
+        meter_provider=meter_provider,
+        logger_provider=logger_provider,
+    )
     if owns_run or metadata:
         # A worker's empty config must not stand in for the owner's.
         run.start_link = emit_run_start(run.tracer, metadata, owner=owns_run)
     return run
 
 
-#: Which of ``start_run``'s arguments each piece takes, by name: one table a
-#: piece, so an argument is routed in one place and nowhere spelled twice.
-_OVERRIDE_FIELDS = ("api_key", "base_url", "mode", "spool_dir", "finish_timeout")
-_RESOURCE_FIELDS = (
-    "run_id",
-    "kind",
-    "name",
-    "model",
-    "environments",
-    "framework",
-    "tags",
-    "description",
-    "attach",
-    "team_id",
-    "max_steps",
-    "batch_size",
-    "rollouts_per_example",
-    "seq_len",
-    "wandb_project",
-    "wandb_entity",
-    "wandb_run_name",
-)
-_WIRE_FIELDS = (
-    "kind",
-    "owns_run",
-    "capture_content",
-    "child_spans",
-    "meter_provider",
-    "logger_provider",
-)
-
-
-def _picked(given: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-    return {name: given[name] for name in fields}
-
-
-def _resolve_options(given: Mapping[str, Any]) -> tuple[Settings, dict[str, Any]]:
+def _resolve_options(
+    settings: Settings | None,
+    config: Mapping[str, Any] | str | os.PathLike[str] | None,
+    *,
+    config_file: str | os.PathLike[str] | None,
+    api_key: str | None,
+    base_url: str | None,
+    team_id: str | None,
+    mode: str | None,
+    spool_dir: str | os.PathLike[str] | None,
+    finish_timeout: float | None,
+) -> tuple[Settings, dict[str, Any]]:
     """The run's settings (the ones given, else from the arguments and the
     environment, as ``OTEL_SDK_DISABLED`` leaves them) and its config as
-    the platform stores it, each checked before any span: an argument that
-    ``settings`` stands for is refused first, whatever else is wrong."""
-    kind = given["kind"]
-    if kind not in ("eval", "train"):
-        raise ValueError(f"kind must be 'eval' or 'train', not {kind!r}")
-    overrides = _picked(given, _OVERRIDE_FIELDS)
-    refuse_overrides(given["settings"], "start_run", **overrides)
-    metadata = normalize_config(given["config"], config_file=given["config_file"])
-    settings = given["settings"] or resolve_settings(team_id=given["team_id"], **overrides)
-    settings = without_sdk(settings)
-    if kind == "train":
-        _check_training_run(settings, model=given["model"], attach=given["attach"])
+    the platform stores it; an argument that ``settings`` stands for is
+    refused first, whatever else is wrong."""
+    overrides: dict[str, Any] = {
+        "api_key": api_key,
+        "base_url": base_url,
+        "mode": mode,
+        "spool_dir": spool_dir,
+        "finish_timeout": finish_timeout,
+    }
+    refuse_overrides(settings, "start_run", **overrides)
+    metadata = normalize_config(config, config_file=config_file)
+    settings = without_sdk(settings or resolve_settings(team_id=team_id, **overrides))
     return settings, metadata
 
 
