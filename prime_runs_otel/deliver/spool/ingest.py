@@ -19,7 +19,7 @@ from .core import SpoolCore, SpoolFullError
 from .processes import register_producer as register_producer_row
 from .rows import aggregate, insert_rows
 from .runs import RunAtIngest, count_batch, ensure_run, owned_by, record_end, record_start
-from .size import STOPPED_HELD_SQL, STOPPED_SHARE, SpoolSize
+from .size import STOPPED_HELD_SQL, STOPPED_SHARE, USED_BYTES_SQL, SpoolSize
 from .steps import insert_metrics, insert_step_tables
 from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
 
@@ -139,18 +139,15 @@ class SpoolIngest(IngestCap):
         # The cap and the disk are checked per episode against the bytes in
         # use plus what this batch adds, since one export batch can carry
         # thousands of episodes.
-        size = self._room.used_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
         foreign: list[tuple[str, str]] = []
         with self._transaction() as db:
-            room = _Room(
-                size,
-                db.execute(STOPPED_HELD_SQL).fetchone()[0],
-                self.max_bytes,
-                self._room.disk_left_for_episodes(),
-            )
+            size, stopped_held = db.execute(
+                f"SELECT ({USED_BYTES_SQL}), ({STOPPED_HELD_SQL})"
+            ).fetchone()
+            room = _Room(size, stopped_held, self.max_bytes, self._room.disk_left_for_episodes())
             for batch in batches:
                 local_id = batch.identity.local_id
                 run = ensure_run(
