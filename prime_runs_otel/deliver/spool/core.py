@@ -183,9 +183,15 @@ class SpoolCore:
                 f"cannot create the spool folder {str(self.path.parent)!r}: {exc}. "
                 "Set PRIME_RUNS_OTEL_DIR to a writable folder."
             ) from exc
-        _warn_if_shared(self.path.parent)
+        files.warn_if_shared(self.path.parent)
         _refuse_unsafe(self.path)
-        _create_private(self.path)
+        try:
+            files.create_private(self.path)
+        except OSError as exc:
+            raise SpoolError(
+                f"cannot create the spool {str(self.path)!r}: {exc}. Check that the folder is "
+                "writable, or set PRIME_RUNS_OTEL_DIR to another one."
+            ) from exc
         self._writer_db: sqlite3.Connection | None = None
         self._writer_pid = 0
         self._init_schema()
@@ -448,78 +454,12 @@ def _is_full(exc: BaseException) -> bool:
     return code == _SQLITE_FULL or "database or disk is full" in str(exc)
 
 
-def _warn_if_shared(folder: Path) -> None:
-    """Say so when other users of this machine can read the spool's folder:
-    the records in it hold prompts and completions."""
-    try:
-        mode = folder.stat().st_mode
-    except OSError:
-        return
-    if mode & 0o077:
-        logger.warning(
-            "The local store %s can be read by other users of this machine (mode %s), and "
-            "the episodes in it hold prompts and completions. Make it private: chmod 700 %s",
-            folder,
-            oct(mode & 0o777),
-            folder,
-        )
-
-
-def _create_private(path: Path) -> None:
-    """Create the spool file readable by its owner only (SQLite creates it,
-    and its WAL and shared-memory files after it, with the process umask
-    otherwise, 0644 on most machines); tighten an existing one of ours."""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise SpoolError(
-            f"cannot create the spool {str(path)!r}: {exc}. Check that the folder is "
-            "writable, or set PRIME_RUNS_OTEL_DIR to another one."
-        ) from exc
-    else:
-        os.close(fd)
-        return
-    try:
-        status = path.stat()
-    except OSError:
-        return
-    if _truncated(path, status):
-        logger.warning(
-            "The spool %s is empty (0 bytes); starting a new one in it. If it held runs, it "
-            "was truncated on disk and they are gone: restore it from a backup to get them "
-            "back",
-            path,
-        )
-    files.tighten_modes(path)
-
-
 def _refuse_unsafe(path: Path) -> None:
     """Stop before writing a store file that is not this user's alone
     (another user's, writable by others, a link): see ``files.py``."""
     problem = files.store_problem(path)
     if problem is not None:
         raise SpoolError(problem)
-
-
-#: An empty spool file younger than this is another process creating it.
-_CREATING_SECONDS = 30.0
-
-
-def _truncated(path: Path, status: os.stat_result) -> bool:
-    """Whether an existing spool file looks cut to nothing on disk: empty,
-    with nothing in its write-ahead log either, and not just created by
-    another process starting at the same moment (which has not written its
-    first page yet, or holds it in the log)."""
-    if status.st_size:
-        return False
-    try:
-        if os.path.getsize(f"{path}-wal"):
-            return False
-    except OSError:
-        pass
-    return time.time() - status.st_mtime > _CREATING_SECONDS
 
 
 def _enable_wal(db: sqlite3.Connection, timeout: float = 60.0) -> None:
