@@ -38,6 +38,16 @@ logger = logging.getLogger(__name__)
 AUTOCHECKPOINT_PAGES = 65536
 
 
+#: The page size of a spool created here (an existing file keeps its own:
+#: in WAL mode SQLite cannot change it). An episode of ~8 KB then fits in
+#: one page instead of a leaf and a chain of overflow pages, so a commit
+#: writes about half as many frames to the write-ahead log, each a write of
+#: its own: ``bench/spool_ingest.py``, 64 episodes of ~8 KB per commit, took
+#: 0.188 ms of CPU per episode instead of 0.212 (medians of 4 interleaved
+#: rounds; 16 KiB pages did not pay, 0.222).
+PAGE_SIZE = 8192
+
+
 class _Connection(sqlite3.Connection):
     """A plain connection that can be weakly referenced (see ``_before_fork``)."""
 
@@ -278,8 +288,9 @@ class SpoolCore:
                 check_same_thread=check_same_thread,
             )
             _open_connections.add(db)
-            # Only a new, empty file takes it (before its first page is
-            # written); an existing one keeps its mode (see space.py).
+            # Only a new, empty file takes these (before its first page is
+            # written); an existing one keeps its own (see space.py).
+            db.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             _enable_wal(db)
             db.execute("PRAGMA synchronous=FULL")
