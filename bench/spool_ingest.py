@@ -51,11 +51,10 @@ def measure(batches: int, per_batch: int, size: int) -> dict[str, Any]:
     from prime_runs_otel.read.records import RunBatch, RunIdentity
 
     identity = RunIdentity(local_id="bench-run", environments=("env",))
-    padding = "x" * max(0, size - 2000)
-    arrivals = []
-    for record in synthetic_episodes(batches * per_batch, seed=7):
-        record.setdefault("info", {})["padding"] = padding
-        arrivals.append(EpisodeArrival.of(record, json.dumps(record).encode()))
+    arrivals = [
+        EpisodeArrival.of(record, json.dumps(record).encode())
+        for record in synthetic_episodes(batches * per_batch, seed=7, target_bytes=size)
+    ]
     work = [
         [RunBatch(identity=identity, episodes=arrivals[start : start + per_batch])]
         for start in range(0, len(arrivals), per_batch)
