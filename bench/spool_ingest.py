@@ -18,7 +18,7 @@ median of each side, so a change is judged on the same machine at the same
 moments.
 
     python bench/spool_ingest.py [--batches 100] [--per-batch 64] [--rounds 5]
-    python bench/spool_ingest.py --against /tmp/main-copy --rounds 7
+    python bench/spool_ingest.py --against ../main-copy --rounds 7
 """
 
 from __future__ import annotations
