@@ -31,21 +31,23 @@ from . import files, schema
 
 logger = logging.getLogger(__name__)
 
-#: WAL pages (4 KiB; 256 MiB) after which a commit checkpoints by itself.
-#: The uploader checkpoints after every upload, so this is the fallback for a
-#: spool nobody delivers from; at SQLite's 1,000 the commits of export()
-#: kept doing the copying (100-300 ms each at 1,400 episodes/s).
-AUTOCHECKPOINT_PAGES = 65536
-
-
 #: The page size of a spool created here (an existing file keeps its own:
 #: in WAL mode SQLite cannot change it). An episode of ~8 KB then fits in
 #: one page instead of a leaf and a chain of overflow pages, so a commit
 #: writes about half as many frames to the write-ahead log, each a write of
 #: its own: ``bench/spool_ingest.py``, 64 episodes of ~8 KB per commit, took
-#: 0.188 ms of CPU per episode instead of 0.212 (medians of 4 interleaved
-#: rounds; 16 KiB pages did not pay, 0.222).
+#: 0.174 ms of CPU per episode instead of 0.188 with 4 KiB pages (medians of
+#: 8 interleaved rounds; 16 KiB pages did not pay).
 PAGE_SIZE = 8192
+
+#: Bytes of write-ahead log after which a commit checkpoints by itself (set
+#: in pages of the file's own size). The uploader checkpoints after every
+#: upload, so this is the fallback for a spool nobody delivers from; at
+#: SQLite's 1,000 pages the commits of export() kept doing the copying
+#: (100-300 ms each at 1,400 episodes/s).
+AUTOCHECKPOINT_BYTES = 256 * 1024 * 1024
+#: The same in pages of a spool created here.
+AUTOCHECKPOINT_PAGES = AUTOCHECKPOINT_BYTES // PAGE_SIZE
 
 
 class _Connection(sqlite3.Connection):
@@ -303,7 +305,8 @@ class SpoolCore:
             db.execute("PRAGMA secure_delete=FAST")
             # The uploader checkpoints after every pass (see checkpoint());
             # SQLite's own, in whatever commit crosses this, is the fallback.
-            db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
+            (page_size,) = db.execute("PRAGMA page_size").fetchone()
+            db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_BYTES // page_size}")
         except sqlite3.Error as exc:
             raise SpoolError(
                 f"cannot open the spool {str(self.path)!r}: {exc}. Check that the folder is "
