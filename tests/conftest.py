@@ -13,6 +13,16 @@ import pytest
 
 from prime_runs_otel.testing import FakePlatform
 
+#: pydantic loads the plugins installed beside it when it builds its first
+#: model, and the test extra installs logfire (for one instrumentation test),
+#: whose pydantic plugin imports all of logfire and the OpenTelemetry SDK's
+#: log and metrics parts: 0.7 s of CPU in every process that defines a
+#: pydantic model (prime-traces' and verifiers' do), hundreds of processes
+#: in the suite. It records nothing unless logfire is told to instrument
+#: pydantic, which no test does, and a user's install has no logfire: off,
+#: here and in every process a test starts (they inherit the environment).
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
 #: Modules whose tests take the longest (each runs the real vf-eval several
 #: times, fuzzes a serve process, or runs a Kafka fleet): first, so that parallel workers do not
 #: end the run on one of them while the others sit idle.
