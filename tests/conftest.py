@@ -34,12 +34,13 @@ SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py", "test_kafka_fleet.py")
 COLLECTOR_LAST = ("test_collector_config.py", "test_otelcol.py")
 COLLECTOR_TIMEOUT = 1800
 #: Modules whose tests run real programs end to end several times over
-#: (vf-eval, the prime-rl stand-in, a Kafka fleet, the docs' commands): each
-#: takes seconds of CPU, so on a machine busy with other work a test may take
-#: many minutes. The suite-wide limit (pyproject.toml) is a guard against a
+#: (vf-eval, prime-runs' own SDK beside ours, the prime-rl stand-in, a Kafka
+#: fleet, the docs' commands): each takes seconds of CPU, so on a machine
+#: busy with other work a test may take many minutes. The suite-wide limit (pyproject.toml) is a guard against a
 #: hang, not a speed; these get a limit that a loaded machine stays within.
 LONG_RUNNING = (
     "test_vf_eval.py",
+    "test_instrumentation.py",
     "test_prime_rl.py",
     "test_docs_commands.py",
     "test_kafka_fleet.py",
