@@ -23,10 +23,21 @@ from prime_runs_otel.testing import FakePlatform
 #: here and in every process a test starts (they inherit the environment).
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-#: Modules whose tests take the longest (each runs the real vf-eval several
-#: times, fuzzes a serve process, or runs a Kafka fleet): first, so that parallel workers do not
-#: end the run on one of them while the others sit idle.
-SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py", "test_kafka_fleet.py")
+#: Modules whose tests take the longest, longest first, so that parallel
+#: workers do not end the run on one of them while the others sit idle: the
+#: prime-rl stand-in's tests (one worker runs all of them, its xdist_group,
+#: one after the other: the longest chain of the suite), the real vf-eval
+#: run several times, a Kafka fleet, prime-runs' SDK beside ours, the docs'
+#: commands, Ctrl-C into real processes, a fuzzed serve process.
+SLOWEST_FIRST = (
+    "test_prime_rl.py",
+    "test_vf_eval.py",
+    "test_kafka_fleet.py",
+    "test_instrumentation.py",
+    "test_docs_commands.py",
+    "test_interrupt_soak.py",
+    "test_fuzz_serve.py",
+)
 #: Modules that run the collector distribution, which `make test` builds in
 #: the background meanwhile: last, to give the build the most time. Their
 #: first test in a worker may wait for the build (or, without `make test`,
@@ -36,8 +47,9 @@ COLLECTOR_TIMEOUT = 1800
 #: Modules whose tests run real programs end to end several times over
 #: (vf-eval, prime-runs' own SDK beside ours, the prime-rl stand-in, a Kafka
 #: fleet, the docs' commands): each takes seconds of CPU, so on a machine
-#: busy with other work a test may take many minutes. The suite-wide limit (pyproject.toml) is a guard against a
-#: hang, not a speed; these get a limit that a loaded machine stays within.
+#: busy with other work a test may take many minutes. The suite-wide limit
+#: (pyproject.toml) is a guard against a hang, not a speed; these get a limit
+#: that a loaded machine stays within.
 LONG_RUNNING = (
     "test_vf_eval.py",
     "test_instrumentation.py",
@@ -51,8 +63,8 @@ LONG_RUNNING_TIMEOUT = 1200
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         if item.path.name in SLOWEST_FIRST:
-            return 0
-        return 2 if item.path.name in COLLECTOR_LAST else 1
+            return SLOWEST_FIRST.index(item.path.name)
+        return len(SLOWEST_FIRST) + (1 if item.path.name in COLLECTOR_LAST else 0)
 
     items.sort(key=rank)
     for item in items:
