@@ -1,9 +1,11 @@
-"""The producer's fast paths give exactly what the plain code gives: the
-record's encoding from any number of threads at once, and the window of
-times a trace recorded, whatever odd values the record holds."""
+"""The fast paths of the producer and of the reader give exactly what the
+plain code gives: the record's encoding from any number of threads at once,
+the window of times a trace recorded, and the key rollouts are numbered
+under, whatever odd values the record holds."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Mapping
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from prime_runs_otel import _json
 from prime_runs_otel.produce.span_times import _TIMING_STAGES, epoch_ns, recorded_window
 from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.projection.summary import rollout_key_text
 
 
 def test_threads_encoding_at_once_each_get_their_own_record() -> None:
@@ -79,3 +82,20 @@ _span = st.one_of(st.fixed_dictionaries({}, optional={"start": _times, "end": _t
 def test_the_window_is_what_the_plain_reading_finds(start: Any, stages: Any, calls: Any) -> None:
     trace = {"timing": {"start": start, **stages}, "calls": calls}
     assert recorded_window(trace) == _plain_window(trace)
+
+
+class _Index(int):
+    """An int subclass (an IntEnum's member is one)."""
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.one_of(_json_values, st.integers().map(_Index), st.tuples(st.integers())))
+def test_the_rollout_key_is_spelt_as_json_dumps_spells_it(key: Any) -> None:
+    assert rollout_key_text(key) == json.dumps(key, sort_keys=True, default=str)
