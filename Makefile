@@ -89,14 +89,15 @@ test:
 soak: soak-serve soak-kafka
 
 # serve alone: platform faults, overload and kills together, at scale, with
-# exact accounting, and hostile input fuzzed with thousands of cases. Add a
-# soak test to SOAK_TESTS; each reads SOAK=long.
-SOAK_TESTS := tests/test_soak.py
+# exact accounting, hostile input fuzzed with thousands of cases, and Ctrl-C
+# at random moments into 135 real processes. Add a soak test to SOAK_TESTS;
+# each reads SOAK=long.
+SOAK_TESTS := tests/test_soak.py tests/test_interrupt_soak.py
 
 soak-serve: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \
 	OTELCOL_BIN="$$bin" SOAK=long PRIME_RUNS_OTEL_FUZZ_EXAMPLES=2000 \
-	$(BIN)/python -m pytest -q $(SOAK_TESTS) tests/test_fuzz_serve.py
+	$(BIN)/python -m pytest -q $(SOAK_TESTS) tests/test_fuzz_serve.py tests/test_otlp.py
 
 bench: $(TESTING)
 	@bin=$$(sh collector-config/build-otelcol.sh | tail -n 1) && \

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -140,6 +141,24 @@ def _orjson_nesting_limit() -> int | None:
 _PADDING = (lambda limit: limit - MAX_NESTING if limit else 0)(_orjson_nesting_limit())
 
 
+class _Padding(threading.local):
+    """:data:`_PADDING` arrays nested in one another, built once per thread:
+    the record goes into the innermost for the length of one encoding.
+    Building them afresh for every record cost two fifths of the encoding."""
+
+    def __init__(self) -> None:
+        self.outer: list[Any] = [None]
+        inner = self.outer
+        for _ in range(_PADDING - 1):
+            nested: list[Any] = [None]
+            inner[0] = nested
+            inner = nested
+        self.inner = inner
+
+
+_padding = _Padding()
+
+
 def _dumps_within_nesting(record: Mapping[str, Any]) -> bytes:
     """orjson's encoding of ``record``; ``JSONEncodeError`` also when it
     nests deeper than :data:`MAX_NESTING`."""
@@ -148,10 +167,13 @@ def _dumps_within_nesting(record: Mapping[str, Any]) -> bytes:
         if nested_deeper_than(record, MAX_NESTING):
             raise orjson.JSONEncodeError("nested deeper than the limit")
         return encoded
-    padded: Any = record
-    for _ in range(_PADDING):
-        padded = [padded]
-    return orjson.dumps(padded, option=_RECORD_OPTIONS)[_PADDING:-_PADDING]
+    padding = _padding
+    inner = padding.inner
+    inner[0] = record
+    try:
+        return orjson.dumps(padding.outer, option=_RECORD_OPTIONS)[_PADDING:-_PADDING]
+    finally:
+        inner[0] = None  # the record is not kept alive by the thread
 
 
 def nests_too_deep(value: Any) -> bool:
@@ -191,20 +213,27 @@ def _summary_numbers_finite(record: Mapping[str, Any]) -> bool:
     """Whether every reward score, weight and metric the summary reads is finite."""
     traces = record.get("traces")
     for trace in traces if isinstance(traces, list) else ():
-        if not isinstance(trace, Mapping):
+        if not _is_mapping(trace):
             continue
         rewards = trace.get("rewards")
-        if isinstance(rewards, Mapping):
+        if _is_mapping(rewards):
             for reward in rewards.values():
-                if isinstance(reward, Mapping) and not (
+                if _is_mapping(reward) and not (
                     _finite_or_absent(reward.get("score"))
                     and _finite_or_absent(reward.get("weight"))
                 ):
                     return False
         metrics = trace.get("metrics")
-        if isinstance(metrics, Mapping) and not all(map(_finite_or_absent, metrics.values())):
-            return False
+        if _is_mapping(metrics):
+            for value in metrics.values():
+                if isinstance(value, float) and not math.isfinite(value):
+                    return False
     return True
+
+
+def _is_mapping(value: Any) -> bool:
+    # dict first: the ABC check costs ten times more, and records are dicts.
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def _finite_or_absent(value: Any) -> bool:

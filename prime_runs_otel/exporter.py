@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ._courtesy import ExportRunning
+from ._encoded_here import encoded_here
 from ._untraced import untraced
 from .config import (
     Settings,
@@ -118,6 +119,7 @@ class PrimeRunsSpanExporter(SpanExporter):
         if root_traces_as_episodes is None:
             root_traces_as_episodes = bool(env_flag(ROOT_TRACES_AS_EPISODES_ENV))
         spool, uploader = _spool_and_uploader(self.settings, self.export_running)
+        encoded_here.enable()  # records encoded in process are read here without a re-check
         self._delivery = SpanDelivery(
             spool,
             self.settings,

@@ -35,10 +35,16 @@ ROOT = Path(__file__).resolve().parent.parent
 #: and sockets rather than compute.
 WORKERS = os.environ.get("TEST_WORKERS", "4")
 MAKE = os.environ.get("MAKE", "make")
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+#: pydantic's plugins off from the first process on (tests/conftest.py says why).
+TEST_ENV = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
+#: Plugins the test extra's packages bring and no test uses (logfire's two,
+#: anyio's): each pytest process, every worker among them, would import them.
+UNUSED_PLUGINS = ("logfire", "pytest_logfire", "anyio")
 PYTEST = [
-    str(ROOT / ".venv" / "bin" / "python"),
-    *("-m", "pytest", "-q", "--durations=15"),
+    *(PYTHON, "-m", "pytest", "-q", "--durations=15"),
     *("-n", WORKERS, "--dist", "loadgroup"),
+    *(arg for plugin in UNUSED_PLUGINS for arg in ("-p", f"no:{plugin}")),
 ]
 
 
@@ -91,6 +97,29 @@ class Phase:
             self.wait()
 
 
+#: The bytecode every test worker would otherwise make for itself, made once
+#: before the tests. The clone's modules: the tests start hundreds of Python
+#: processes, and where PYTHONDONTWRITEBYTECODE is set none of them would keep
+#: its bytecode (0.2 s of CPU a start). The test modules and the plugins'
+#: packages as pytest rewrites their asserts: each worker collects every
+#: module, and without a cached rewrite each one rewrites them all again
+#: (5 s of CPU a worker). A collection that writes its cache makes them.
+WARM_UP = f"""
+import compileall, subprocess, sys
+ok = compileall.compile_dir("prime_runs_otel", quiet=1) & compileall.compile_dir("tests", quiet=1)
+collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+collect += [arg for plugin in {UNUSED_PLUGINS!r} for arg in ("-p", "no:" + plugin)]
+found = subprocess.run(collect, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+sys.stderr.write(found.stderr if found.returncode else "")
+sys.exit(0 if ok else 1)
+"""
+
+
+def _writing(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with Python writing its bytecode, for the warm-up only."""
+    return {name: value for name, value in env.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run(phase: Phase, env: dict[str, str], done: list[Phase]) -> bool:
     print(f"== {phase.name}: {' '.join(phase.command)}", flush=True)
     phase.start(env).wait()
@@ -118,7 +147,7 @@ def main(pytest_args: list[str]) -> int:
     # Ctrl-C on a process would fail. Handled here, it is default again in them.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # Tests build the quick flavour too, so they wait for this build rather than start another.
-    env = {**os.environ, "OTELCOL_QUICK_BUILD": "1"}
+    env = {**os.environ, "OTELCOL_QUICK_BUILD": "1", **TEST_ENV}
     log = Path(tempfile.mkdtemp(prefix="make-test-")) / "otelcol-build.log"
     collector = Phase("collector build", ["sh", "collector-config/build-otelcol.sh"], True)
     print(f"== {collector.name}: in the background, its log in {log}", flush=True)
@@ -134,37 +163,26 @@ def main(pytest_args: list[str]) -> int:
     # beside the rest too (the machine's Python fetches: no virtualenv needed).
     kafka = Phase("kafka broker", [MAKE, "-s", "kafka-tools"], True)
     kafka.start(env)
-    steps = [
-        Phase("install", [MAKE, "-s", ".venv/.installed-test"]),
-        Phase("lint", [MAKE, "-s", "lint"]),
-        Phase("typecheck", [MAKE, "-s", "typecheck"]),
-        # The clone's own modules compiled once, up front: the tests start
-        # hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is
-        # set none of them would keep its bytecode (0.2 s of CPU a start).
-        Phase(
-            "bytecode",
-            [
-                str(ROOT / ".venv" / "bin" / "python"),
-                "-m",
-                "compileall",
-                "-q",
-                "prime_runs_otel",
-                "tests",
-            ],
-        ),
-    ]
+    install = Phase("install", [MAKE, "-s", ".venv/.installed-test"])
+    checks = [Phase("lint", [MAKE, "-s", "lint"]), Phase("typecheck", [MAKE, "-s", "typecheck"])]
     done: list[Phase] = [chromium, kafka]
     passed = False
+    warm: Phase | None = None
     try:
-        passed = all(run(step, env, done) for step in steps)
+        passed = run(install, env, done)
+        if passed:  # beside the lint and the type check, which use one core of two
+            warm = Phase("bytecode", [PYTHON, "-c", WARM_UP], True).start(_writing(env))
+            done.append(warm)
+        passed = passed and all(run(step, env, done) for step in checks)
+        passed = passed and warm is not None and warm.wait() == 0
         passed = passed and chromium.wait() == 0
         passed = passed and kafka.wait() == 0
         passed = passed and run(Phase("tests", [*PYTEST, *pytest_args]), env, done)
     finally:
         if not passed:  # a failed phase, or Ctrl-C: the build is not wanted any more
-            collector.stop()
-            chromium.stop()
-            kafka.stop()
+            for phase in (collector, chromium, kafka, warm):
+                if phase is not None:
+                    phase.stop()
     collector.wait()
     if collector.returncode == 0:
         shutil.rmtree(log.parent)

@@ -10,13 +10,42 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from prime_runs_otel.testing import FakePlatform
 
-#: Modules whose tests take the longest (each runs the real vf-eval several
-#: times, fuzzes a serve process, or runs a Kafka fleet): first, so that parallel workers do not
-#: end the run on one of them while the others sit idle.
-SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py", "test_kafka_fleet.py")
+#: No time limit per generated example: hypothesis' default (200 ms) is a
+#: speed assertion, and on two cores shared with the rest of the suite an
+#: example that takes milliseconds alone took over 400 ms. What each example
+#: checks is unchanged; the test-wide time limit still catches a hang.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
+#: pydantic loads the plugins installed beside it when it builds its first
+#: model, and the test extra installs logfire (for one instrumentation test),
+#: whose pydantic plugin imports all of logfire and the OpenTelemetry SDK's
+#: log and metrics parts: 0.7 s of CPU in every process that defines a
+#: pydantic model (prime-traces' and verifiers' do), hundreds of processes
+#: in the suite. It records nothing unless logfire is told to instrument
+#: pydantic, which no test does, and a user's install has no logfire: off,
+#: here and in every process a test starts (they inherit the environment).
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
+#: Modules whose tests take the longest, longest first, so that parallel
+#: workers do not end the run on one of them while the others sit idle: the
+#: prime-rl stand-in's tests (one worker runs all of them, its xdist_group,
+#: one after the other: the longest chain of the suite), the real vf-eval
+#: run several times, a Kafka fleet, prime-runs' SDK beside ours, the docs'
+#: commands, Ctrl-C into real processes, a fuzzed serve process.
+SLOWEST_FIRST = (
+    "test_prime_rl.py",
+    "test_vf_eval.py",
+    "test_kafka_fleet.py",
+    "test_instrumentation.py",
+    "test_docs_commands.py",
+    "test_interrupt_soak.py",
+    "test_fuzz_serve.py",
+)
 #: Modules that run the collector distribution, which `make test` builds in
 #: the background meanwhile: last, to give the build the most time. Their
 #: first test in a worker may wait for the build (or, without `make test`,
@@ -24,12 +53,14 @@ SLOWEST_FIRST = ("test_vf_eval.py", "test_fuzz_serve.py", "test_kafka_fleet.py")
 COLLECTOR_LAST = ("test_collector_config.py", "test_otelcol.py")
 COLLECTOR_TIMEOUT = 1800
 #: Modules whose tests run real programs end to end several times over
-#: (vf-eval, the prime-rl stand-in, a Kafka fleet, the docs' commands): each
-#: takes seconds of CPU, so on a machine busy with other work a test may take
-#: many minutes. The suite-wide limit (pyproject.toml) is a guard against a
-#: hang, not a speed; these get a limit that a loaded machine stays within.
+#: (vf-eval, prime-runs' own SDK beside ours, the prime-rl stand-in, a Kafka
+#: fleet, the docs' commands): each takes seconds of CPU, so on a machine
+#: busy with other work a test may take many minutes. The suite-wide limit
+#: (pyproject.toml) is a guard against a hang, not a speed; these get a limit
+#: that a loaded machine stays within.
 LONG_RUNNING = (
     "test_vf_eval.py",
+    "test_instrumentation.py",
     "test_prime_rl.py",
     "test_docs_commands.py",
     "test_kafka_fleet.py",
@@ -40,8 +71,8 @@ LONG_RUNNING_TIMEOUT = 1200
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         if item.path.name in SLOWEST_FIRST:
-            return 0
-        return 2 if item.path.name in COLLECTOR_LAST else 1
+            return SLOWEST_FIRST.index(item.path.name)
+        return len(SLOWEST_FIRST) + (1 if item.path.name in COLLECTOR_LAST else 0)
 
     items.sort(key=rank)
     for item in items:

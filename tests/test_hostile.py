@@ -268,9 +268,9 @@ def test_the_children_index_always_matches_the_held_spans(
     steps: list[tuple[bool, int, int | None]],
 ) -> None:
     """The index that makes tree matching linear never drifts from a full scan."""
-    from prime_runs_otel.read.span_tree import _TraceState
+    from prime_runs_otel.read.held_trace import HeldTrace
 
-    state = _TraceState()
+    state = HeldTrace()
     for add, span_id, parent in steps:
         if add:
             state.hold(_view(span_id, parent))

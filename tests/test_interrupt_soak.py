@@ -15,7 +15,12 @@ run must be ended in the store, never left recording, with every episode
 is read with the package's own spool API, as the process left it (no store
 command runs first, which would end the runs of dead processes itself).
 
-``SOAK=long`` runs five times as many cases.
+The suite runs twelve cases: four of each kind, two of those four beside the
+busy loops, and six of the twelve interrupted twice (18 signals), which
+still puts every kind through a Ctrl-C while it records, while it finishes
+and after it is done, alone and loaded, since each delay is drawn anew
+from the seed every run. ``SOAK=long`` (``make soak-serve``) runs 135: the
+more cases, the more of the random moments one run tries.
 """
 
 from __future__ import annotations
@@ -41,8 +46,11 @@ from prime_runs_otel.deliver.spool import Spool
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.view.runs import run_view
 
-#: Nine of each kind, fifteen of them interrupted twice: 42 signals.
-CASES = 27 * (5 if os.environ.get("SOAK") == "long" else 1)
+#: Four of each kind (half of them loaded), six interrupted twice: 18 signals.
+#: Each case costs a process start and two busy loops beside half of them,
+#: minutes of CPU on the two cores the whole suite shares; the long soak has
+#: the numbers.
+CASES = 135 if os.environ.get("SOAK") == "long" else 12
 DOUBLES = CASES * 15 // 27
 #: Cases running at once: the machine has two cores.
 AT_ONCE = 3
@@ -262,7 +270,11 @@ def test_ctrl_c_at_random_moments_leaves_every_run_ended_and_every_episode_count
         outcomes += pool.map(lambda case: _run_case(case, tmp_path), cases[: CASES // 2])
         with _busy_loops(2):
             outcomes += pool.map(lambda case: _run_case(case, tmp_path), cases[CASES // 2 :])
-    assert sum(1 if case.gap is None else 2 for case in cases) >= 42
+    assert sum(1 if case.gap is None else 2 for case in cases) == CASES + DOUBLES
+    # Every kind of process, alone and beside the busy loops.
+    assert {(case.kind, case.loaded) for case in cases} == {
+        (kind, loaded) for kind in KINDS for loaded in (False, True)
+    }
     failures = [
         f"{outcome.case} (exit after {outcome.exit_after:.1f}s): {problem}"
         for outcome in outcomes

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import openai
 import pytest
 from openinference.instrumentation.openai import OpenAIInstrumentor
 
@@ -41,6 +40,10 @@ def _instrumented(run: prime_runs_otel.Run) -> Iterator[None]:
 def _app(run: prime_runs_otel.Run, fake: FakeOpenAI, questions: list[tuple[int, int]]) -> None:
     """A plain instrumented app: one request span per question, two model
     calls in it, and one root span that calls no model."""
+    # Here, not at the top: openai takes 1.8 s of CPU to import, and every
+    # test worker imports each test module while only one runs these tests.
+    import openai
+
     client = openai.OpenAI(base_url=fake.base_url, api_key="k", max_retries=0)
     for index, (a, b) in enumerate(questions):
         with run.tracer.start_as_current_span(f"handle request {index}"):

@@ -106,8 +106,10 @@ class ServeProcess:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
-        #: How long a start may take to answer /healthz.
-        self.ready_timeout = 30.0
+        #: How long a start may take to answer /healthz: a bound on a hang,
+        #: not a speed (a start is a second of CPU, but on two cores shared
+        #: with the rest of the suite and other work it took over 30 s).
+        self.ready_timeout = 120.0
         #: Run in the child before serve starts (resource limits).
         self.preexec: Callable[[], None] | None = None
         self.log_path = root / f"serve-{self.http_port}.log"

@@ -60,7 +60,9 @@ class Scale:
     deadline: float
 
 
-SHORT = Scale(runs=6, episodes_per_run=12, kills=1, outage=1.0, deadline=25.0)
+#: The deadline bounds a hang, not a speed: the short soak takes seconds alone,
+#: and its 25 s of old were overrun on two cores shared with the whole suite.
+SHORT = Scale(runs=6, episodes_per_run=12, kills=1, outage=1.0, deadline=240.0)
 LONG = Scale(runs=120, episodes_per_run=40, kills=6, outage=8.0, deadline=900.0)
 SCALE = LONG if os.environ.get("SOAK") == "long" else SHORT
 

@@ -375,3 +375,31 @@ def test_a_schema_2_metrics_table_is_rebuilt_with_its_rows(tmp_path: Path) -> No
         assert version == (str(SCHEMA_VERSION),)
     finally:
         db.close()
+
+
+def test_an_upload_of_more_episodes_than_one_statement_holds_claims_and_delivers_them_all(
+    spool: Spool,
+) -> None:
+    # Claims go a chunk of seqs per statement: an upload past one chunk
+    # (500) must claim, count and deliver every one of its episodes.
+    episodes = _arrivals(1100)
+    spool.intake.ingest([_batch(episodes)], mode="online")
+    rows = spool.delivery.pending_episodes("run-1", max_bytes=BIG)
+    seqs = [row.seq for row in rows]
+    assert len(seqs) == 1100
+
+    spool.delivery.begin_traces_upload("run-1", seqs[:1050], "upload-1", b"body", encoding="gzip")
+
+    assert spool.delivery.upload_episode_seqs("upload-1") == seqs[:1050]
+    assert [row.seq for row in spool.delivery.pending_episodes("run-1", max_bytes=BIG)] == seqs[
+        1050:
+    ]
+    assert spool.delivery.commit_traces_upload("run-1", "upload-1") == sum(
+        e.digest.has_traces for e in episodes[:1050]
+    )
+    assert spool.reading.pending_count("run-1") == 50
+    by_state = spool.housekeeping.counts().episodes
+    assert {state: count for state, count in by_state.items() if count} == {
+        "pending": 50,
+        "delivered": 1050,
+    }

@@ -40,7 +40,7 @@ from prime_runs_otel.read.projection import TraceScores, summary_trace_index
 from prime_runs_otel.read.records import RunBatch, RunIdentity, RunStart
 from prime_runs_otel.view import chart_data as chart_data_module
 from prime_runs_otel.view import compare
-from prime_runs_otel.view import episodes as episodes_view
+from prime_runs_otel.view import episode_detail as detail_view
 from prime_runs_otel.view.compare import compare_data
 from prime_runs_otel.view.episodes import QueryError, episode_detail, episode_table, table_query
 from prime_runs_otel.view.older import read_older_episodes
@@ -208,7 +208,7 @@ def test_a_damaged_missing_or_huge_record_is_said_so(
     assert damaged is not None and "damaged" in (damaged.problem or "")
     missing = episode_detail(spool, run, second.episode_id)
     assert missing is not None and "no longer kept" in (missing.problem or "")
-    monkeypatch.setattr(episodes_view, "MAX_BODY_BYTES", 1000)
+    monkeypatch.setattr(detail_view, "MAX_BODY_BYTES", 1000)
     huge = episode_detail(spool, run, third.episode_id)
     assert huge is not None and "--what episodes" in (huge.problem or "")
 

@@ -162,11 +162,7 @@ def replay_over_otlp(
     source = traces_file(Path(path))
     recorded = recorded_eval(source.parent)
     bad_lines: list[str] = []
-    total = sum(1 for _ in read_records(source, []))
-    records = read_records(source, bad_lines)
-    first = next(records, None)
-    if first is None:
-        raise NoEpisodesError(source, count_lines(source), bad_lines)
+    total, first, records = _opened(source, bad_lines)
     resource = _replay_resource(
         source,
         recorded,
@@ -190,16 +186,25 @@ def replay_over_otlp(
             compression=Compression.Gzip,
         )
     )
-    _send_run(
-        resource,
-        exporter,
-        _chain(first, records),
-        bad_lines,
-        config_file=config_file or recorded.get("config_file"),
-    )
+    config_file = config_file or recorded.get("config_file")
+    _send_run(resource, exporter, records, bad_lines, config_file=config_file)
     return _report_sent(
         local_id, target, exporter, total, bad_lines, timeout=timeout, as_json=as_json
     )
+
+
+def _opened(
+    source: Path, bad_lines: list[str]
+) -> tuple[int, dict[str, Any], Iterator[dict[str, Any]]]:
+    """The file's episode count, its first record and all its records (the
+    first included), read as they are sent; a file without one is refused
+    before anything is sent."""
+    total = sum(1 for _ in read_records(source, []))
+    records = read_records(source, bad_lines)
+    first = next(records, None)
+    if first is None:
+        raise NoEpisodesError(source, count_lines(source), bad_lines)
+    return total, first, _chain(first, records)
 
 
 def _replay_resource(

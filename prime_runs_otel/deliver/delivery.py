@@ -33,91 +33,50 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .. import semconv
 from .._text import shown
 from ..config import Settings
-from ..read.checks import read_span
-from ..read.episodes import CorruptEpisode, EpisodeArrival
 from ..read.ingest import Fallback, Grouped, group_by_run
 from ..read.records import RunBatch
-from ..read.span_tree import SpanTree, SpanTreeBuffer
-from ..read.spans import SpanView, with_prepared
-from .spool import IngestOutcome, Spool, SpoolError
+from ..read.spans import SpanView
+from .batch_items import describe, is_episode, item_count, items_of, read_ahead, run_key
+from .outcome import (
+    COMMIT_RETRY_AFTER,
+    FULL_RETRY_AFTER,
+    TRANSIENT,
+    Delivered,
+    Sender,
+    log_foreign_ends,
+    refusal_message,
+)
+from .span_buffer import BufferReport, WatchedTrees, released_part
+from .spool import IngestOutcome, Spool
 from .uploader import Uploader
 
+#: What the entry points import from here; the values and helpers live in
+#: ``outcome.py`` (what a batch became, who sent it), ``span_buffer.py``
+#: (what the span buffer let go) and ``batch_items.py`` (a batch item by item).
+__all__ = [
+    "COMMIT_RETRY_AFTER",
+    "FULL_RETRY_AFTER",
+    "TRANSIENT",
+    "BufferReport",
+    "Delivered",
+    "Sender",
+    "SpanDelivery",
+    "WatchedTrees",
+    "is_episode",
+    "read_ahead",
+    "refusal_message",
+    "run_key",
+]
+
 logger = logging.getLogger(__name__)
-
-#: Retry hint when the spool is at its cap: delivery frees room at the pace of
-#: the platform, so retrying sooner only repeats the refusal.
-FULL_RETRY_AFTER = 30
-#: Retry hint when a commit failed (a locked or briefly unavailable disk).
-COMMIT_RETRY_AFTER = 5
-
-#: Commit failures of the disk or the database, not of what was committed.
-TRANSIENT = (SpoolError, sqlite3.OperationalError, OSError, MemoryError)
-
-
-@dataclass(frozen=True)
-class Sender:
-    """Who sends the spans: the few rules that follow from it, and nothing
-    else, differ between entry points."""
-
-    #: It sends again what is refused (an OTLP client): a batch whose new
-    #: episodes do not all fit, or whose commit the disk failed, is refused
-    #: whole and counted nowhere. Else what is not kept is counted lost.
-    retries: bool
-    #: The spans come from this process: it is registered as the runs'
-    #: producer (its death marks them crashed), and its run ends are its own.
-    #: Else (``serve``) the producers are remote, and a run end from another
-    #: producer than the run's owner is refused.
-    in_process: bool
-    #: ``False``: a process feeding a run somebody else owns (see the spool).
-    owns_runs: bool = True
-    #: Runs may name a platform run to attach to (``prime.run.attach``).
-    allow_attach: bool = True
-
-
-@dataclass(frozen=True)
-class Delivered:
-    """What became of one batch of spans, whatever the entry point.
-
-    ``accepted``: committed (``refused`` spans, if any, refused alone and
-    counted; ``lost`` episodes not kept, counted on their runs); ``invalid``:
-    nothing of it can ever be accepted; ``full`` / ``unavailable``: not
-    committed, to be sent again after ``retry_after`` seconds (or, for a
-    sender that does not retry, ``lost`` episodes counted on their runs).
-    """
-
-    outcome: Literal["accepted", "invalid", "full", "unavailable"]
-    message: str = ""
-    refused: int = 0
-    lost: int = 0
-    retry_after: int | None = None
-
-    @property
-    def kept(self) -> bool:
-        """Every episode of the batch is in the spool (stored, or there already)."""
-        return self.outcome == "accepted" and self.lost == 0
-
-
-class WatchedTrees(SpanTreeBuffer):
-    """A span buffer that remembers which episodes its last release let go,
-    so a failed commit can keep exactly those: nothing else would bring an
-    episode already released again."""
-
-    released: frozenset[str] = frozenset()
-
-    def release(self, *, flush: bool = False) -> list[SpanTree]:
-        trees = super().release(flush=flush)
-        self.released = frozenset(tree.root.episode_id for tree in trees)
-        return trees
 
 
 class SpanDelivery:
@@ -523,187 +482,3 @@ class SpanDelivery:
             except Exception:
                 with self._runs_lock:
                     self._lost[local_id] = self._lost.get(local_id, 0) + count
-
-
-class BufferReport:
-    """Logs what the span buffer let go unused. Model-call spans under no
-    episode span make no episode: a run fed only those would close
-    "completed, 0 episodes" without a word otherwise. Reported at most once a
-    minute: an application whose other GenAI traces share the pipeline would
-    flood the log."""
-
-    INTERVAL = 60.0
-
-    def __init__(
-        self,
-        trees: SpanTreeBuffer,
-        advice: str = "",
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._trees = trees
-        self._advice = advice
-        self._clock = clock
-        self._reported_unclaimed = 0
-        self._quiet_until = 0.0
-
-    def update(self) -> None:
-        stats = self._trees.stats
-        unclaimed = stats.unclaimed_model_calls - self._reported_unclaimed
-        now = self._clock()
-        if unclaimed <= 0 or now < self._quiet_until:
-            return
-        self._reported_unclaimed = stats.unclaimed_model_calls
-        self._quiet_until = now + self.INTERVAL
-        logger.warning(
-            "%d model-call span(s) arrived under no episode span and make no episode (%d so "
-            "far). Wrap each rollout in prime_runs_otel.episode_span(...) in the producer%s.",
-            unclaimed,
-            stats.unclaimed_model_calls,
-            self._advice,
-        )
-
-    def summary(self) -> None:
-        stats = self._trees.stats
-        self._quiet_until = 0.0
-        self.update()
-        if stats.incomplete_episodes or stats.late_spans or stats.evicted_spans:
-            logger.warning(
-                "Episode synthesis: %d episode(s) went out without all of their spans; %d "
-                "span(s) arrived after their episode, %d were dropped to stay within %d held "
-                "spans",
-                stats.incomplete_episodes,
-                stats.late_spans,
-                stats.evicted_spans,
-                self._trees.max_spans,
-            )
-        if stats.late_events or stats.unclaimed_events:
-            logger.warning(
-                "Span events sent as log records: %d arrived after their episode was "
-                "synthesised, %d named a span that never came; their scores are not in any "
-                "record. Send them within the settle time of their episode's spans.",
-                stats.late_events,
-                stats.unclaimed_events,
-            )
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-def read_ahead(view: SpanView, lines: bool) -> SpanView:
-    """``view`` with its episode already read, when it is an episode span
-    carrying its record: reading one depends on nothing but the span, so
-    it needs no lock. A span that cannot be read is left as it came, for
-    :func:`group_by_run` to read again and refuse alone as it always does."""
-    if view.prepared is not None:
-        return view
-    try:
-        if not is_episode(view):
-            return view
-        item = read_span(view, lines=lines)
-    except Exception:
-        return view
-    if isinstance(item, (EpisodeArrival, CorruptEpisode)):
-        return with_prepared(view, item)
-    return view
-
-
-def is_episode(view: SpanView) -> bool:
-    attributes = view.attributes
-    return semconv.EPISODE_ID in attributes or semconv.EPISODE_EXAMPLE_ID in attributes
-
-
-def run_key(resource: Mapping[str, Any]) -> str | None:
-    key = resource.get(semconv.RUN_ID)
-    return key if isinstance(key, str) and key else None
-
-
-def released_part(batches: list[RunBatch], trees: WatchedTrees) -> list[RunBatch]:
-    """The episodes of ``batches`` the buffer released (synthesised ones):
-    nothing else would bring them again after a failed commit."""
-    kept = []
-    for batch in batches:
-        episodes = [item for item in batch.episodes if item.episode_id in trees.released]
-        if episodes:
-            kept.append(RunBatch(identity=batch.identity, episodes=episodes))
-    return kept
-
-
-def items_of(batch: RunBatch) -> list[RunBatch]:
-    """``batch`` as one batch per item, in the order the spool takes them."""
-    identity = batch.identity
-    items = [
-        RunBatch(
-            identity=identity,
-            start=batch.start,
-            corrupt=batch.corrupt,
-            corrupt_metrics=batch.corrupt_metrics,
-        )
-    ]
-    items += [RunBatch(identity=identity, episodes=[episode]) for episode in batch.episodes]
-    items += [RunBatch(identity=identity, metrics=[metrics]) for metrics in batch.metrics]
-    items += [RunBatch(identity=identity, samples=[table]) for table in batch.samples]
-    if batch.end is not None:
-        items.append(RunBatch(identity=identity, end=batch.end))
-    return items
-
-
-def item_count(batch: RunBatch) -> int:
-    """The spans ``batch`` came from: one per item."""
-    events = (batch.start is not None) + (batch.end is not None)
-    corrupt = len(batch.corrupt) + len(batch.corrupt_metrics)
-    return len(batch.episodes) + len(batch.metrics) + len(batch.samples) + corrupt + events
-
-
-def log_foreign_ends(foreign: tuple[tuple[str, str], ...]) -> None:
-    for key, sender in foreign[:5]:
-        logger.warning(
-            "Run %s: refused a run end from producer %s, which does not own the run; the "
-            "run stays open for its owner (service.instance.id must match the one that "
-            "started it)",
-            shown(key),
-            shown(sender or "(no service.instance.id)"),
-        )
-    if len(foreign) > 5:
-        logger.warning("%d more run end(s) were refused the same way", len(foreign) - 5)
-
-
-def describe(item: RunBatch) -> str:
-    if item.episodes:
-        return f"episode {shown(item.episodes[0].episode_id)}"
-    if item.metrics:
-        return f"the metrics of step {item.metrics[0].step}"
-    if item.samples:
-        return f"the sample table of step {item.samples[0].step}"
-    if item.end is not None:
-        return "the run's end"
-    return "the run's start"
-
-
-def refusal_message(
-    unattributed: int, corrupt: int, unreadable: int = 0, foreign: int = 0, attaching: int = 0
-) -> str:
-    parts = []
-    if foreign:
-        parts.append(
-            f"{foreign} run end(s) from a producer that does not own the run (another "
-            "service.instance.id than the run's start); the run stays open for its owner"
-        )
-    if attaching:
-        parts.append(
-            f"{attaching} span(s) of runs that ask to attach to a platform run "
-            f"({semconv.RUN_ATTACH}); serve does so only when started with --allow-attach"
-        )
-    if unreadable:
-        parts.append(
-            f"{unreadable} span(s) or item(s) that could not be read or stored (the "
-            "receiver's log names each and says why)"
-        )
-    if unattributed:
-        parts.append(f"{unattributed} episode span(s) without {semconv.RUN_ID} on their Resource")
-    if corrupt:
-        parts.append(
-            f"{corrupt} episode(s) that cannot be used, counted as lost on their run: a record "
-            "damaged on the way (an attribute limit in an SDK or collector?), or an episode "
-            "span with another run's ids; the receiver's log names each and says why"
-        )
-    return "; ".join(parts)

@@ -111,8 +111,16 @@ class Uploader:
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
-        self._stream = stream = EpisodeStream(
-            spool,
+        self._stream = self._episode_stream(settings, export_running)
+        self._evals, self._training = self._lifecycles(settings, straggler_wait, behind_collector)
+
+    def _episode_stream(
+        self, settings: Settings, export_running: ExportRunning | None
+    ) -> EpisodeStream:
+        """The runs' episodes on their way out, giving way to ``export()``
+        (see ``__init__``)."""
+        return EpisodeStream(
+            self._spool,
             settings,
             self._clients,
             self._lease,
@@ -121,12 +129,16 @@ class Uploader:
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
+
+    def _lifecycles(
+        self, settings: Settings, straggler_wait: float, behind_collector: bool
+    ) -> tuple[EvalLifecycle, TrainingLifecycle]:
+        """An eval run's lifecycle and a training run's, over the one stream."""
         stragglers = StragglerWait(straggler_wait, behind_collector=behind_collector)
-        self._evals = EvalLifecycle(
-            spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
-        )
-        self._training = TrainingLifecycle(
-            spool, self._clients, stream, team_id=settings.team_id, stragglers=stragglers
+        common = (self._spool, self._clients, self._stream)
+        return (
+            EvalLifecycle(*common, team_id=settings.team_id, stragglers=stragglers),
+            TrainingLifecycle(*common, team_id=settings.team_id, stragglers=stragglers),
         )
 
     # -- thread control ------------------------------------------------------

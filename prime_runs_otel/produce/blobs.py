@@ -18,9 +18,12 @@ from .. import semconv as sc
 __all__ = ["set_blob"]
 
 
-def set_blob(span: Span, tracer: Tracer, key: str, text: str, data: bytes | None = None) -> None:
+def set_blob(
+    span: Span, tracer: Tracer, key: str, text: str, data: bytes | None = None
+) -> list[str]:
     """Chunk ``text`` under the length limit and pin its size and digest
-    (computed over ``data``, its UTF-8 bytes, when the caller has them).
+    (computed over ``data``, its UTF-8 bytes, when the caller has them);
+    the chunks set last.
 
     Set last on the span so count-based eviction takes older attributes first.
     """
@@ -33,7 +36,9 @@ def set_blob(span: Span, tracer: Tracer, key: str, text: str, data: bytes | None
     span.set_attribute(key, chunks)
     cut_at = _cut_at(span, key, chunks)
     if cut_at is not None and 0 < cut_at < step:
-        span.set_attribute(key, _chunks(text, cut_at))
+        chunks = _chunks(text, cut_at)
+        span.set_attribute(key, chunks)
+    return chunks
 
 
 def _chunks(text: str, step: int) -> list[str]:

@@ -20,6 +20,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
 
 from .. import semconv as sc
+from .._encoded_here import encoded_here
 from .._json import encode_record
 from ..errors import RecordError
 from ..sampling import dropped_episodes
@@ -68,7 +69,7 @@ def record_episode(
     """
     record = _as_record(episode)
     try:
-        data, _ = encode_record(record)
+        data, plain = encode_record(record)
     except (TypeError, ValueError) as exc:
         raise RecordError(
             f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
@@ -114,7 +115,9 @@ def record_episode(
             span.set_attribute(sc.EPISODE_ID, record["id"])
         if here is not None and signalled:
             _emit_signals(signals, record, traces, here, window[1])
-        set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
+        chunks = set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
+        if plain:  # before the span ends: its export may start at once
+            encoded_here.note(span.get_span_context().span_id, chunks, data)
     finally:
         span.end(end_time=window[1])
     episode_id: str = record["id"]

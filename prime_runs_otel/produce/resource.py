@@ -63,42 +63,49 @@ def run_resource(
     """
     if kind not in sc.RUN_KINDS:
         raise ConfigError(f"kind={kind!r} is not one of 'eval' or 'train'")
-    if isinstance(environments, str) or isinstance(tags, str):
-        raise ConfigError("environments and tags take a list of strings, not a single string")
-    attributes: Attributes = dict(extra or {})
-    attributes.update(
-        _training_attributes(
-            kind,
-            {
-                sc.RUN_MAX_STEPS: max_steps,
-                sc.RUN_BATCH_SIZE: batch_size,
-                sc.RUN_ROLLOUTS_PER_EXAMPLE: rollouts_per_example,
-                sc.RUN_SEQ_LEN: seq_len,
-            },
-            {
-                sc.RUN_WANDB_PROJECT: wandb_project,
-                sc.RUN_WANDB_ENTITY: wandb_entity,
-                sc.RUN_WANDB_RUN_NAME: wandb_run_name,
-            },
-        )
-    )
+    lists = _lists(environments, tags)
+    counts = (max_steps, batch_size, rollouts_per_example, seq_len)
+    texts = (wandb_project, wandb_entity, wandb_run_name)
+    attributes: Attributes = {**(extra or {}), **_training_attributes(kind, counts, texts)}
     attributes[sc.RUN_ID] = run_id or uuid.uuid4().hex
     attributes[sc.RUN_KIND] = kind
-    optional = {
-        sc.RUN_NAME: name,
-        sc.RUN_MODEL: model,
-        sc.RUN_FRAMEWORK: framework,
-        sc.RUN_DESCRIPTION: description,
-        sc.RUN_ATTACH: attach,
-        sc.RUN_TEAM_ID: team_id,
-        sc.SERVICE_NAME: service_name,
-    }
-    attributes.update((key, value) for key, value in optional.items() if value)
+    labels = (name, model, framework, description, attach, team_id, service_name)
+    attributes.update((key, value) for key, value in zip(_LABEL_KEYS, labels, strict=True) if value)
+    attributes.update(lists)
+    return _with_producer(Resource.create(attributes), service_name)
+
+
+#: The run's labels, each set only when given (a falsy one is left out).
+_LABEL_KEYS = (
+    sc.RUN_NAME,
+    sc.RUN_MODEL,
+    sc.RUN_FRAMEWORK,
+    sc.RUN_DESCRIPTION,
+    sc.RUN_ATTACH,
+    sc.RUN_TEAM_ID,
+    sc.SERVICE_NAME,
+)
+#: A training run's counts, then its texts, in ``run_resource``'s order.
+_COUNT_KEYS = (sc.RUN_MAX_STEPS, sc.RUN_BATCH_SIZE, sc.RUN_ROLLOUTS_PER_EXAMPLE, sc.RUN_SEQ_LEN)
+_TEXT_KEYS = (sc.RUN_WANDB_PROJECT, sc.RUN_WANDB_ENTITY, sc.RUN_WANDB_RUN_NAME)
+
+
+def _lists(environments: Sequence[str], tags: Sequence[str]) -> Attributes:
+    """The run's environments and tags, each a list of strings when given; a
+    bare string is refused, since it would be read as a list of characters."""
+    if isinstance(environments, str) or isinstance(tags, str):
+        raise ConfigError("environments and tags take a list of strings, not a single string")
+    attributes: Attributes = {}
     if environments:
         attributes[sc.RUN_ENVIRONMENTS] = [str(env) for env in environments]
     if tags:
         attributes[sc.RUN_TAGS] = [str(tag) for tag in tags]
-    resource = Resource.create(attributes)
+    return attributes
+
+
+def _with_producer(resource: Resource, service_name: str | None) -> Resource:
+    """The Resource with this package's service name where the SDK found
+    none, and this process as its producer where nothing named one."""
     current = str(resource.attributes.get(sc.SERVICE_NAME, ""))
     if not service_name and current.startswith("unknown_service"):
         resource = resource.merge(Resource({sc.SERVICE_NAME: sc.DEFAULT_SERVICE_NAME}))
@@ -115,21 +122,27 @@ _PROCESS_INSTANCE = uuid.uuid4().hex
 
 
 def _training_attributes(
-    kind: str, counts: Mapping[str, int | None], texts: Mapping[str, str | None]
+    kind: str, counts: Sequence[int | None], texts: Sequence[str | None]
 ) -> Attributes:
-    given = {key: value for key, value in {**counts, **texts}.items() if value is not None}
+    """A training run's fields (``_COUNT_KEYS``, then ``_TEXT_KEYS``), refused
+    on an eval run and where a count is not a whole number of 0 or more."""
+    given = [
+        key
+        for key, value in zip((*_COUNT_KEYS, *_TEXT_KEYS), (*counts, *texts), strict=True)
+        if value is not None
+    ]
     if given and kind != "train":
         raise ConfigError(
             f"{', '.join(key.rsplit('.', 1)[-1] for key in given)} only apply to a "
             "training run; pass kind='train'"
         )
     attributes: Attributes = {}
-    for key, count in counts.items():
+    for key, count in zip(_COUNT_KEYS, counts, strict=True):
         if count is None:
             continue
         if not is_int(count) or count < 0:
             name = key.rsplit(".", 1)[-1]
             raise ConfigError(f"{name} must be a whole number of 0 or more, got {count!r}")
         attributes[key] = int(count)
-    attributes.update((key, str(text)) for key, text in texts.items() if text)
+    attributes.update((key, str(text)) for key, text in zip(_TEXT_KEYS, texts, strict=True) if text)
     return attributes

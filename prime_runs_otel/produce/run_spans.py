@@ -150,6 +150,32 @@ def emit_metrics(
     ``metrics`` records the row's numbers as the run's ``prime.run.metric``
     gauge too, in the span's context (a dashboard's exemplar leads to it).
     """
+    row, chosen, logged_at, text = _metrics_row(values, step, timestamp, verbatim=verbatim)
+    attributes: Attributes = {sc.RUN_STEP: chosen, sc.RUN_METRICS_TIMESTAMP: logged_at}
+    if verbatim:
+        attributes[sc.RUN_METRICS_VERBATIM] = True
+    span = tracer.start_span(
+        sc.RUN_METRICS_SPAN,
+        attributes=attributes,
+        start_time=epoch_ns(logged_at) or time.time_ns(),
+        links=_links(link),
+    )
+    try:
+        set_blob(span, tracer, sc.RUN_METRICS_VALUES, text)
+        if metrics is not None:
+            gauged = {key: value for key, value in row.items() if key != "step"}
+            metrics.step(gauged, trace_api.set_span_in_context(span))
+    finally:
+        span.end()
+    return chosen
+
+
+def _metrics_row(
+    values: Mapping[str, Any], step: int | None, timestamp: float | None, *, verbatim: bool
+) -> tuple[dict[str, Any], int, float, str]:
+    """``emit_metrics``' row checked before any span: ``(row, step, logged
+    at, the row's JSON)``, the step and time taken as ``emit_metrics`` says
+    and refused, with what to pass, when the row cannot be posted."""
     if not isinstance(values, Mapping):
         raise ConfigError(f"metrics must be a mapping of names to values, got {type(values)}")
     if verbatim:
@@ -174,23 +200,7 @@ def emit_metrics(
             f"the metrics of step {chosen} are not JSON-serialisable ({exc}); pass plain "
             "str/int/float/bool/list/dict values"
         ) from exc
-    attributes: Attributes = {sc.RUN_STEP: int(chosen), sc.RUN_METRICS_TIMESTAMP: float(logged_at)}
-    if verbatim:
-        attributes[sc.RUN_METRICS_VERBATIM] = True
-    span = tracer.start_span(
-        sc.RUN_METRICS_SPAN,
-        attributes=attributes,
-        start_time=epoch_ns(logged_at) or time.time_ns(),
-        links=_links(link),
-    )
-    try:
-        set_blob(span, tracer, sc.RUN_METRICS_VALUES, text)
-        if metrics is not None:
-            gauged = {key: value for key, value in row.items() if key != "step"}
-            metrics.step(gauged, trace_api.set_span_in_context(span))
-    finally:
-        span.end()
-    return int(chosen)
+    return row, int(chosen), float(logged_at), text
 
 
 def emit_step_table(

@@ -23,16 +23,32 @@ _TIMING_STAGES = ("boot", "setup", "agent", "finalize", "scoring")
 
 
 def recorded_window(trace: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """Earliest start and latest end the trace recorded, in epoch nanoseconds."""
+    """Earliest start and latest end the trace recorded, in epoch nanoseconds
+    (the timing's own start, its stages' and its model calls' starts and ends).
+
+    Runs for every trace of every episode on the producer thread: times that
+    are plain floats, as verifiers writes them, are converted inline, and
+    everything else goes through :func:`epoch_ns`."""
     timing = as_mapping(trace.get("timing"))
     first = epoch_ns(timing.get("start"))
     last: int | None = None
+    spans = [timing.get(stage) for stage in _TIMING_STAGES]
     calls = trace.get("calls")
-    spans = [as_mapping(timing.get(stage)) for stage in _TIMING_STAGES]
     if isinstance(calls, list):
-        spans.extend(as_mapping(as_mapping(call).get("time")) for call in calls)
+        spans.extend(as_mapping(call).get("time") for call in calls)
+    isfinite = math.isfinite
     for span in spans:
-        start, end = epoch_ns(span.get("start")), epoch_ns(span.get("end"))
+        if type(span) is not dict and not isinstance(span, Mapping):
+            continue
+        start, end = span.get("start"), span.get("end")
+        if type(start) is float and start > 0 and isfinite(start):
+            start = int(start * 1_000_000_000)
+        elif start is not None:
+            start = epoch_ns(start)
+        if type(end) is float and end > 0 and isfinite(end):
+            end = int(end * 1_000_000_000)
+        elif end is not None:
+            end = epoch_ns(end)
         if start is not None and (first is None or start < first):
             first = start
         if end is not None and (last is None or end > last):

@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import semconv as sc
+from .._encoded_here import encoded_here
 from .._json import MAX_NESTING, nests_too_deep, parse
 from ..errors import RecordError
 from .episodes import CorruptEpisode, EpisodeArrival, episode_arrival
@@ -140,6 +141,7 @@ def read_span(view: SpanView, *, lines: bool = False) -> SpanMeaning | None:
                 attributes,
                 verify_digest=not view.in_process,
                 line_for=_run_kind(view.resource) if lines else None,
+                span_id=view.span_id if view.in_process else None,
             )
         return UnrecordedEpisode(_episode_id_of(view), view)
     if view.name == sc.RUN_METRICS_SPAN:
@@ -189,8 +191,14 @@ def _carries_record(attributes: Mapping[str, Any]) -> bool:
 
 
 def _read_episode(
-    attributes: Mapping[str, Any], *, verify_digest: bool = True, line_for: str | None = None
+    attributes: Mapping[str, Any],
+    *,
+    verify_digest: bool = True,
+    line_for: str | None = None,
+    span_id: int | None = None,
 ) -> EpisodeArrival | CorruptEpisode:
+    """``span_id``: the span was made in this process, whose producer may
+    have noted the record it encoded on it (see :mod:`prime_runs_otel._encoded_here`)."""
     raw_id = attributes.get(sc.EPISODE_ID)
     episode_id = raw_id if isinstance(raw_id, str) and raw_id else None
     if attributes.get(sc.EPISODE_RECORD_IN_PROCESS) is True:
@@ -200,10 +208,14 @@ def _read_episode(
             "and only that exporter can read it: give the run another span processor "
             "(run.add_exporter or the provider's add_span_processor) for spans that carry it",
         )
-    try:
-        raw = decode_blob(attributes, sc.EPISODE_RECORD, verify_digest=verify_digest)
-    except RecordError as exc:
-        return CorruptEpisode(episode_id, str(exc))
+    noted = _noted_here(attributes, span_id) if span_id is not None else None
+    if noted is not None:
+        raw = noted
+    else:
+        try:
+            raw = decode_blob(attributes, sc.EPISODE_RECORD, verify_digest=verify_digest)
+        except RecordError as exc:
+            return CorruptEpisode(episode_id, str(exc))
     try:
         record, plain_scalars = parse(raw)
     except (ValueError, RecursionError) as exc:
@@ -222,7 +234,19 @@ def _read_episode(
         plain_scalars=plain_scalars,
         span_step=attributes.get(sc.RUN_STEP),
         line_for=line_for,
+        written_here=noted is not None,
     )
+
+
+def _noted_here(attributes: Mapping[str, Any], span_id: int) -> bytes | None:
+    """The record's bytes as this process's producer encoded them, when the
+    span still carries exactly what it set, size and digest included;
+    ``None`` sends the span down the ordinary path, which says what is wrong."""
+    key = sc.EPISODE_RECORD
+    data = encoded_here.take(span_id, attributes.get(key))
+    if data is None or not isinstance(attributes.get(sc.blob_sha256_key(key)), str):
+        return None
+    return data if whole_number(attributes.get(sc.blob_size_key(key))) == len(data) else None
 
 
 def read_record(
@@ -232,6 +256,7 @@ def read_record(
     plain_scalars: bool = False,
     span_step: Any = None,
     line_for: str | None = None,
+    written_here: bool = False,
 ) -> EpisodeArrival | CorruptEpisode:
     """An episode record as the spool takes it, or why it cannot be taken.
 
@@ -239,13 +264,16 @@ def read_record(
     wrote it (see :func:`check_json_value`). Called once the record is
     parsed from its span (or synthesised).
     ``line_for`` (a run type) also builds the record's Prime Traces line
-    template, for a run that will upload it.
+    template, for a run that will upload it. ``written_here``: ``raw`` is
+    what orjson wrote in this process within the nesting limit (see
+    :mod:`prime_runs_otel._encoded_here`), so it holds nothing to check.
     """
     episode_id = str(record.get("id"))
-    try:
-        check_json_value(record, "the episode record", raw, plain_scalars=plain_scalars)
-    except RecordError as exc:
-        return CorruptEpisode(episode_id, str(exc))
+    if not written_here:
+        try:
+            check_json_value(record, "the episode record", raw, plain_scalars=plain_scalars)
+        except RecordError as exc:
+            return CorruptEpisode(episode_id, str(exc))
     step = record_step(record, span_step)
     return episode_arrival(record, raw, episode_id, step, line_for=line_for)
 

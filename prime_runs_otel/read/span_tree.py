@@ -15,12 +15,13 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .. import semconv as sc
 from .._text import shown
 from .checks import derived_episode_id
 from .dialects.calls import carries_messages, is_model_call
+from .held_trace import HeldTrace, event_weight
 from .records import UnrecordedEpisode
 from .spans import SpanEventView, SpanView
 
@@ -69,90 +70,9 @@ class BufferStats:
     unclaimed_events: int = 0
 
 
-@dataclass
-class _TraceState:
-    spans: dict[int, SpanView] = field(default_factory=dict)
-    #: Held span ids by parent id, kept as spans come and go, so finding an
-    #: episode's tree costs its own size, not a scan of the whole trace.
-    children: dict[int, set[int]] = field(default_factory=dict)
-    roots: dict[int, tuple[UnrecordedEpisode, float]] = field(default_factory=dict)
-    last_seen: float = 0.0
-    #: The trace's root span arrived while spans end children first (in the
-    #: producer's process): nothing more can come under it.
-    closed: bool = False
-    #: Attribute values of the held spans (see :func:`_weight`).
-    values: int = 0
-    #: Events that came apart from their span (a log record in its context)
-    #: before it, by span id: they join the span when it arrives.
-    events: dict[int, list[SpanEventView]] = field(default_factory=dict)
-
-    def take_events(self, view: SpanView) -> SpanView:
-        """``view`` with the events that came ahead of it."""
-        waiting = self.events.pop(view.span_id, None)
-        if not waiting:
-            return view
-        self.values -= sum(map(_event_weight, waiting))
-        return replace(view, events=(*view.events, *waiting))
-
-    def hold(self, view: SpanView) -> bool:
-        """Hold ``view``; ``True`` when its id was not held before."""
-        previous = self.spans.get(view.span_id)
-        if previous is not None:
-            self._unlink(previous)
-            self.values -= _weight(previous)
-        self.spans[view.span_id] = view
-        self.values += _weight(view)
-        if view.parent_span_id is not None:
-            self.children.setdefault(view.parent_span_id, set()).add(view.span_id)
-        return previous is None
-
-    def let_go(self, span_id: int) -> bool:
-        view = self.spans.pop(span_id, None)
-        if view is None:
-            return False
-        self._unlink(view)
-        self.values -= _weight(view)
-        return True
-
-    def subtree(self, root_id: int) -> list[int]:
-        """Ids of the held spans under ``root_id`` (through held spans only);
-        parent links that loop are followed once."""
-        found: list[int] = []
-        seen = {root_id}
-        stack = list(self.children.get(root_id, ()))
-        while stack:
-            current = stack.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            found.append(current)
-            stack.extend(self.children.get(current, ()))
-        return found
-
-    def _unlink(self, view: SpanView) -> None:
-        if view.parent_span_id is None:
-            return
-        siblings = self.children.get(view.parent_span_id)
-        if siblings is not None:
-            siblings.discard(view.span_id)
-            if not siblings:
-                del self.children[view.parent_span_id]
-
-
 def _run_of(episode: UnrecordedEpisode) -> str:
     run = episode.view.resource.get(sc.RUN_ID)
     return run if isinstance(run, str) else ""
-
-
-def _weight(view: SpanView) -> int:
-    """What holding ``view`` costs, in attribute values: a decoded attribute
-    takes about a hundred bytes however small it was on the wire, so the
-    count of them is what bounds the buffer's memory, more than spans are."""
-    return 1 + len(view.attributes) + sum(len(event.attributes) for event in view.events)
-
-
-def _event_weight(event: SpanEventView) -> int:
-    return 1 + len(event.attributes)
 
 
 #: What a released span id stands for: the episode it was synthesised into
@@ -205,7 +125,7 @@ class SpanTreeBuffer:
         self._values = 0
         self.stats = BufferStats()
         self._clock = clock
-        self._traces: OrderedDict[int, _TraceState] = OrderedDict()
+        self._traces: OrderedDict[int, HeldTrace] = OrderedDict()
         self._held = 0
         self._forced: list[SpanTree] = []
         self._released: OrderedDict[tuple[int, int], _Released] = OrderedDict()
@@ -304,7 +224,7 @@ class SpanTreeBuffer:
             state.roots[span_id] = (replace(episode, view=view), arrived)
         else:
             state.events.setdefault(span_id, []).append(event)
-            state.values += _event_weight(event)
+            state.values += event_weight(event)
         self._values += state.values - before
         self._shrink()
 
@@ -317,7 +237,7 @@ class SpanTreeBuffer:
             return
         waiting = state.events.pop(view.span_id, None)
         if waiting:
-            weight = sum(map(_event_weight, waiting))
+            weight = sum(map(event_weight, waiting))
             state.values -= weight
             self._values -= weight
         members = state.subtree(view.span_id)
@@ -382,7 +302,7 @@ class SpanTreeBuffer:
     def _take(
         self,
         trace_id: int,
-        state: _TraceState,
+        state: HeldTrace,
         span_id: int,
         episode: UnrecordedEpisode,
         *,
@@ -426,7 +346,7 @@ class SpanTreeBuffer:
             sc.SEMCONV_STABILITY_OPT_IN_ENV,
         )
 
-    def _expire(self, trace_id: int, state: _TraceState, now: float, flush: bool) -> None:
+    def _expire(self, trace_id: int, state: HeldTrace, now: float, flush: bool) -> None:
         if state.roots:
             return
         if (
@@ -478,10 +398,10 @@ class SpanTreeBuffer:
 
     # -- bookkeeping --------------------------------------------------------------------
 
-    def _state(self, trace_id: int) -> _TraceState:
+    def _state(self, trace_id: int) -> HeldTrace:
         state = self._traces.get(trace_id)
         if state is None:
-            state = self._traces[trace_id] = _TraceState()
+            state = self._traces[trace_id] = HeldTrace()
         else:
             self._traces.move_to_end(trace_id)
         state.last_seen = self._clock()
@@ -518,7 +438,7 @@ class SpanTreeBuffer:
         while len(self._released_roots) > self._MAX_REMEMBERED:
             self._released_roots.popitem(last=False)
 
-    def _drop(self, state: _TraceState, members: Iterable[int]) -> None:
+    def _drop(self, state: HeldTrace, members: Iterable[int]) -> None:
         before = state.values
         for member in members:
             if state.let_go(member):

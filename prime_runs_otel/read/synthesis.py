@@ -12,8 +12,10 @@ record's calls and its message graph, agent spans its traces, span status its
 errors, and the episode's attributes and ``gen_ai.evaluation.result`` events
 its rewards.
 
-This module is the builder only: each family's attribute names are read in
-:mod:`prime_runs_otel.read.dialects`, and the spans wait for their episode in
+This module is the builder only: what one span says of failure and score is
+read in :mod:`.synthesis_scores`, a trace's message graph and token totals
+are counted in :mod:`.synthesis_graph`, each family's attribute names are
+read in :mod:`prime_runs_otel.read.dialects`, and the spans wait for their episode in
 :class:`~prime_runs_otel.read.span_tree.SpanTreeBuffer`. The record is shaped
 so that verifiers' ``WireEpisode`` validates it and every projection in
 :mod:`prime_runs_otel.read.projection` reads it like a native one; it is
@@ -26,26 +28,18 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import semconv as sc
-from .._message_graph import message_node
-from .checks import derived_episode_id, finite_number, whole_number
+from .checks import derived_episode_id, whole_number
 from .checks import text_or_none as _text
-from .dialects.calls import (
-    DEFAULT_AGENT,
-    agent_name,
-    call_model,
-    call_usage,
-    exchange,
-    is_model_call,
-)
-from .dialects.messages import Exchange
+from .dialects.calls import DEFAULT_AGENT, agent_name, exchange, is_model_call
 from .records import RunIdentity
 from .spans import SpanView
+from .synthesis_graph import MessageGraph, ModelCall, episode_tokens, trace_timing, trace_tokens
+from .synthesis_scores import Scores, span_error
 
 __all__ = ["synthesize_record"]
 
@@ -54,98 +48,8 @@ _DEFAULT_TASK_TYPE = "Task"
 
 
 # =====================================================================================
-# Errors and scores
-# =====================================================================================
-
-
-def _error(
-    view: SpanView,
-    named_by: Sequence[tuple[str, str]] = (),
-    *,
-    failed: bool = False,
-) -> dict[str, Any] | None:
-    """The span's failure as a verifiers ``Error``, or ``None`` when it did not
-    fail. ``named_by``: (type, message) attributes that describe it first."""
-    attributes = view.attributes
-    exception = next((event for event in view.events if event.name == "exception"), None)
-    if not (failed or view.status_error or exception is not None):
-        return None
-    details: Mapping[str, Any] = exception.attributes if exception else _EMPTY
-    kind = message = None
-    for type_key, message_key in named_by:
-        kind = kind or _text(attributes.get(type_key))
-        message = message or _text(attributes.get(message_key))
-    kind = kind or _text(attributes.get(sc.ERROR_TYPE)) or _text(details.get("exception.type"))
-    message = message or view.status_message or _text(details.get("exception.message"))
-    error: dict[str, Any] = {"type": kind or "Error", "message": message or kind or "failed"}
-    stacktrace = _text(details.get("exception.stacktrace"))
-    if stacktrace:
-        error["traceback"] = stacktrace
-    return error
-
-
-@dataclass
-class _Scores:
-    """Named scores, a total, and metrics gathered for one trace."""
-
-    total: float | None = None
-    named: dict[str, float] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    def read(self, view: SpanView, *, total_key: str) -> None:
-        attributes = view.attributes
-        total = finite_number(attributes.get(total_key))
-        if total is not None:
-            self.total = total
-        for key, value in attributes.items():
-            score = finite_number(value)
-            if score is None:
-                continue
-            if key.startswith(sc.AGENT_REWARD_PREFIX):
-                self.named[key[len(sc.AGENT_REWARD_PREFIX) :]] = score
-            elif key.startswith(sc.AGENT_METRIC_PREFIX):
-                self.metrics[key[len(sc.AGENT_METRIC_PREFIX) :]] = score
-        self.read_evaluations(view)
-
-    def read_evaluations(self, view: SpanView) -> None:
-        for event in view.events:
-            if event.name != sc.GEN_AI_EVALUATION_EVENT:
-                continue
-            details = event.attributes
-            name = _text(details.get(sc.GEN_AI_EVALUATION_NAME))
-            score = finite_number(details.get(sc.GEN_AI_EVALUATION_SCORE))
-            if name and score is not None:
-                self.named.setdefault(name, score)
-
-    def merge(self, other: _Scores) -> None:
-        """``other`` (the episode's own) wins where both say something."""
-        if other.total is not None:
-            self.total = other.total
-        self.named.update(other.named)
-        self.metrics.update(other.metrics)
-
-    def rewards_and_metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A total is the reward as the producer computed it, so named scores
-        then travel as metrics (the platform's reward stays that total); without
-        one, the named scores are the rewards and their sum is the reward."""
-        metrics: dict[str, Any] = dict(self.metrics)
-        if self.total is None:
-            rewards = {name: {"score": score, "weight": 1.0} for name, score in self.named.items()}
-            return rewards, metrics
-        for name, score in self.named.items():
-            metrics.setdefault(name, score)
-        return {"reward": {"score": self.total, "weight": 1.0}}, metrics
-
-
-# =====================================================================================
 # The record
 # =====================================================================================
-
-
-@dataclass
-class _Call:
-    view: SpanView
-    exchange: Exchange
 
 
 @dataclass
@@ -155,8 +59,8 @@ class _Agent:
     name: str
     view: SpanView
     trainable: bool
-    calls: list[_Call] = field(default_factory=list)
-    scores: _Scores = field(default_factory=_Scores)
+    calls: list[ModelCall] = field(default_factory=list)
+    scores: Scores = field(default_factory=Scores)
     scored_views: list[SpanView] = field(default_factory=list)
 
 
@@ -189,14 +93,14 @@ def synthesize_record(
     record["is_timeout"] = False
     record["errors"] = [root_error] if root_error else list((summary or _EMPTY).get("errors", ()))
     record["traces"] = traces
-    record.update(_episode_tokens(traces))
+    record.update(episode_tokens(traces))
     return record
 
 
 def _root_error(root: SpanView) -> dict[str, Any] | None:
     if not _has_episode_error(root):
         return None
-    return _error(root, [(sc.EPISODE_ERROR_TYPE, sc.EPISODE_ERROR_MESSAGE)], failed=True)
+    return span_error(root, [(sc.EPISODE_ERROR_TYPE, sc.EPISODE_ERROR_MESSAGE)], failed=True)
 
 
 def _has_episode_error(root: SpanView) -> bool:
@@ -259,7 +163,7 @@ class _Tree:
             if name is not None:
                 agents[view.span_id] = _Agent(name, view, _trainable(view))
         for view in self._innermost_calls():
-            self._owner(view, agents, episode).calls.append(_Call(view, exchange(view)))
+            self._owner(view, agents, episode).calls.append(ModelCall(view, exchange(view)))
         for view in self.members:
             if view.span_id not in agents and any(
                 event.name == sc.GEN_AI_EVALUATION_EVENT for event in view.events
@@ -380,10 +284,10 @@ def _summary_index(traces: Sequence[Mapping[str, Any]]) -> int:
 def _apply_episode_outcome(trace: dict[str, Any], agent: _Agent, root: SpanView) -> None:
     """The episode's own reward, scores and stop condition speak for its
     summary trace, over what the trace's agent span said."""
-    episode = _Scores()
+    episode = Scores()
     episode.read(root, total_key=sc.EPISODE_REWARD)
-    if episode != _Scores():
-        scores = _Scores(agent.scores.total, dict(agent.scores.named), dict(agent.scores.metrics))
+    if episode != Scores():
+        scores = Scores(agent.scores.total, dict(agent.scores.named), dict(agent.scores.metrics))
         scores.merge(episode)
         trace["rewards"], trace["metrics"] = scores.rewards_and_metrics()
     stop = _text(root.attributes.get(sc.EPISODE_STOP_CONDITION))
@@ -400,9 +304,9 @@ def _trace(
     tree: _Tree,
     episode_error: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    graph = _Graph()
+    graph = MessageGraph()
     calls = [graph.add(call) for call in sorted(agent.calls, key=lambda c: c.view.start_ns)]
-    error = episode_error if agent.view is tree.root else _error(agent.view)
+    error = episode_error if agent.view is tree.root else span_error(agent.view)
     if error is None and agent.view is tree.root and _ends_in_failure(calls):
         error = calls[-1]["error"]
     errors = [error] if error else []
@@ -435,11 +339,11 @@ def _trace(
         "ok": error is None,
         "is_timeout": False,
         "errors": errors,
-        "timing": _timing(agent.view, calls),
+        "timing": trace_timing(agent.view, calls),
     }
     if stop or error:
         trace["stop_condition"] = stop or "error"
-    trace.update(_trace_tokens(graph.nodes, calls))
+    trace.update(trace_tokens(graph.nodes, calls))
     return trace
 
 
@@ -454,161 +358,4 @@ def _derived_id(kind: str, view: SpanView) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()[:32]
 
 
-class _Graph:
-    """The message graph of one trace, grown call by call: a call's input
-    messages follow the existing path as far as they match it, so a multi-turn
-    conversation is one branch and a retry or a fork is a second one."""
-
-    def __init__(self) -> None:
-        self.nodes: list[dict[str, Any]] = []
-        self.tools: list[dict[str, Any]] = []
-        self._children: dict[int | None, list[int]] = {}
-
-    def add(self, call: _Call) -> dict[str, Any]:
-        view, exchange = call.view, call.exchange
-        start, end = _seconds(view.start_ns), _seconds(view.end_ns)
-        self._add_tools(exchange.tools)
-        parent: int | None = None
-        for message in exchange.inputs or ():
-            parent = self._child(parent, message, start, sampled=False, tools=exchange.tools)
-        record: dict[str, Any] = {}
-        if exchange.output is not None and not view.status_error:
-            node = self._append(parent, exchange.output, end, sampled=True, tools=exchange.tools)
-            record["node"] = node
-        model = call_model(view.attributes)
-        if model:
-            record["model"] = model
-        if exchange.finish_reason:
-            record["finish_reason"] = exchange.finish_reason
-        usage = call_usage(view.attributes)
-        if usage is not None:
-            record["usage"] = usage
-        record["time"] = {"start": start, "end": max(start, end)}
-        error = _error(view)
-        if error is not None:
-            record["error"] = error
-        return record
-
-    def _add_tools(self, tools: Sequence[dict[str, Any]]) -> None:
-        known = {tool["name"] for tool in self.tools}
-        self.tools.extend(tool for tool in tools if tool["name"] not in known)
-
-    def _child(
-        self,
-        parent: int | None,
-        message: dict[str, Any],
-        timestamp: float,
-        *,
-        sampled: bool,
-        tools: Sequence[dict[str, Any]],
-    ) -> int:
-        key = _message_key(message)
-        for index in self._children.get(parent, ()):
-            if _message_key(self.nodes[index]["message"]) == key:
-                return index
-        return self._append(parent, message, timestamp, sampled=sampled, tools=tools)
-
-    def _append(
-        self,
-        parent: int | None,
-        message: dict[str, Any],
-        timestamp: float,
-        *,
-        sampled: bool,
-        tools: Sequence[dict[str, Any]],
-    ) -> int:
-        self.nodes.append(message_node(message, parent, timestamp, sampled=sampled, tools=tools))
-        index = len(self.nodes) - 1
-        self._children.setdefault(parent, []).append(index)
-        return index
-
-
-def _message_key(message: Mapping[str, Any]) -> str:
-    """What makes two messages the same turn. Reasoning is left out: providers
-    strip it from the history they are sent back."""
-    return json.dumps(
-        {key: value for key, value in message.items() if key != "reasoning_content"},
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-
-
-def _timing(view: SpanView, calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    start, end = _seconds(view.start_ns), _seconds(view.end_ns)
-    model = sum(call["time"]["end"] - call["time"]["start"] for call in calls)
-    zero = {"start": 0.0, "end": 0.0}
-    return {
-        "start": start,
-        "boot": dict(zero),
-        "setup": dict(zero),
-        "agent": {
-            "start": start,
-            "end": max(start, end),
-            "model": {"duration": model},
-            "harness": {"duration": max(0.0, end - start - model)},
-        },
-        "finalize": dict(zero),
-        "scoring": dict(zero),
-    }
-
-
 # -- token totals, as verifiers computes them --------------------------------------------------
-
-
-def _branches(nodes: Sequence[Mapping[str, Any]]) -> list[list[int]]:
-    parents = {node.get("parent") for node in nodes if node.get("parent") is not None}
-    paths = []
-    for leaf in range(len(nodes)):
-        if leaf in parents:
-            continue
-        path: list[int] = []
-        current: int | None = leaf
-        while current is not None:
-            path.append(current)
-            current = nodes[current].get("parent")
-        paths.append(path[::-1])
-    return paths
-
-
-def _fed(usage: Mapping[str, Any]) -> int:
-    return int(usage["prompt_tokens"]) + int(usage.get("cached_input_tokens") or 0)
-
-
-def _trace_tokens(
-    nodes: Sequence[Mapping[str, Any]], calls: Sequence[Mapping[str, Any]]
-) -> dict[str, int]:
-    """Input counted once per call beyond the previous call's whole sequence on
-    its branch; output summed per branch; total = input + every call's output."""
-    by_node = {call["node"]: index for index, call in enumerate(calls) if "node" in call}
-    counted: set[int] = set()
-    input_tokens = output_tokens = 0
-    for path in _branches(nodes):
-        previous = 0
-        for node in path:
-            index = by_node.get(node)
-            usage = calls[index].get("usage") if index is not None else None
-            if index is None or usage is None:
-                continue
-            increment = max(0, _fed(usage) - previous)
-            previous = _fed(usage) + int(usage["completion_tokens"])
-            output_tokens += int(usage["completion_tokens"])
-            if index not in counted:
-                counted.add(index)
-                input_tokens += increment
-    completion = sum(int(call["usage"]["completion_tokens"]) for call in calls if "usage" in call)
-    return {
-        "num_input_tokens": input_tokens,
-        "num_output_tokens": output_tokens,
-        "num_total_tokens": input_tokens + completion,
-    }
-
-
-def _episode_tokens(traces: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    return {
-        key: sum(int(trace[key]) for trace in traces)
-        for key in ("num_input_tokens", "num_output_tokens", "num_total_tokens")
-    }
-
-
-def _seconds(nanoseconds: int) -> float:
-    return nanoseconds / 1_000_000_000 if nanoseconds > 0 else 0.0

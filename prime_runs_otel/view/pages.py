@@ -1,6 +1,7 @@
 """Each page of the viewer, from the data ``run_data``, ``episodes`` and
-``compare`` read: runs, a run, its episodes, one episode, runs side by
-side, and the page that says what went wrong.
+``compare`` read: runs, a run and the page that says what went wrong here;
+a run's episodes and one episode in ``episode_pages``, runs side by side in
+``compare_page`` (all importable from here).
 
 Here each page's data becomes what its template (``templates/``) shows:
 addresses, labels and rows. The templates escape every value; charts come
@@ -14,14 +15,15 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..deliver.spool import EpisodeFactsRow, RunRow
+from ..deliver.spool import RunRow
 from . import charts
-from .compare import CompareData
+from .compare_page import compare_page
 from .distributions import Bin, Distribution
-from .episodes import PAGE_SIZE, EpisodeDetail, EpisodeTable, Message
-from .html import DASH, Markup, number, pct, qs, render, url
+from .episode_pages import episode_page, episodes_page
+from .html import Markup, number, pct, qs, render, url
+from .page_parts import crumbs, run_label
 from .run_data import RunData
-from .runs import STATES, STATUSES, episode_delivery, run_about
+from .runs import STATES, STATUSES, run_about
 
 __all__ = [
     "compare_page",
@@ -31,17 +33,6 @@ __all__ = [
     "run_page",
     "runs_page",
 ]
-
-PREVIOUS = "\u2039 previous"
-NEXT = "next \u203a"
-
-
-def _run_label(run: RunRow) -> str:
-    return run.name or run.local_id[:12]
-
-
-def _crumbs(run: RunRow, *more: tuple[str, str]) -> list[tuple[str, str]]:
-    return [(url("runs", run.local_id), _run_label(run)), *more]
 
 
 def platform_url(address: str | None) -> str | None:
@@ -171,10 +162,10 @@ def run_page(data: RunData, *, live_part: bool = False) -> str:
     return render(
         "run.html",
         charts=bool(context["charts_url"]),
-        title=_run_label(run),
-        crumbs=_crumbs(run),
+        title=run_label(run),
+        crumbs=crumbs(run),
         live=f"{url('api', 'runs', run.local_id)}/status" if recording else "",
-        label=_run_label(run),
+        label=run_label(run),
         about=run_about(run),
         view=view,
         episodes_url=episodes_url,
@@ -270,335 +261,6 @@ def _figures(shape: Distribution, unit: str) -> str:
 
 def _bound(value: float) -> str:
     return f"{value:.6g}"
-
-
-# -- episodes ------------------------------------------------------------------------
-
-
-def episodes_page(
-    run: RunRow, table_data: EpisodeTable, params: dict[str, str], *, clamped: str = ""
-) -> str:
-    runs_url = url("runs", run.local_id)
-    episodes_url = f"{runs_url}/episodes"
-    query = table_data.query
-    where = query.where
-    fields = [
-        ("step", where.step, ""),
-        ("min_reward", where.min_reward, ""),
-        ("max_reward", where.max_reward, ""),
-        ("min_tokens", where.min_tokens, ""),
-        ("max_tokens", where.max_tokens, ""),
-        ("min_duration", where.min_duration, "s"),
-        ("max_duration", where.max_duration, "s"),
-        ("example", where.example, ""),
-    ]
-    kept = {name: value for name, value in params.items() if name not in ("sort", "order", "page")}
-    sort_links, arrows = {}, {}
-    for key in ("arrival", "reward", "tokens", "duration"):
-        descending = not (query.sort == key and query.descending)
-        sort_links[key] = qs(
-            episodes_url, {**kept, "sort": key, "order": "desc" if descending else "asc"}
-        )
-        if query.sort == key:
-            arrows[key] = " \u25bc" if query.descending else " \u25b2"
-    offset = (query.page - 1) * PAGE_SIZE
-    rows = [_episode_row(run, row, table_data.positions) for row in table_data.rows]
-    pager = []
-    if query.page > 1:
-        pager.append((qs(episodes_url, {**params, "page": query.page - 1}), PREVIOUS))
-    if query.page < table_data.pages:
-        pager.append((qs(episodes_url, {**params, "page": query.page + 1}), NEXT))
-    return render(
-        "episodes.html",
-        title=f"episodes of {_run_label(run)}",
-        crumbs=_crumbs(run, (episodes_url, "episodes")),
-        live="",
-        label=_run_label(run),
-        episodes_url=episodes_url,
-        fields=[
-            {
-                "name": name,
-                "label": name.replace("_", " "),
-                "value": "" if value is None else value,
-                "hint": hint,
-            }
-            for name, value, hint in fields
-        ],
-        error=where.error or "",
-        error_options=[
-            ("", "any"),
-            ("none", "ok only"),
-            ("any", "failed only"),
-            *((kind, kind) for kind in table_data.error_types),
-        ],
-        sort=query.sort,
-        order="desc" if query.descending else "asc",
-        clamped=clamped,
-        total=table_data.total,
-        # Sorted by a value, the episodes without one are not in the order.
-        with_value="" if query.sort == "arrival" else f" with a {query.sort}",
-        shown=f"{offset + 1}-{offset + len(rows)}" if rows else "none",
-        page=query.page,
-        pages=table_data.pages,
-        pager=pager,
-        jump=[(name, value) for name, value in params.items() if name != "page" and value],
-        rows=rows,
-        headers=[
-            ("#", "arrival"),
-            ("episode", None),
-            ("example", None),
-            ("step", None),
-            ("ok", None),
-            ("reward", "reward"),
-            ("error", None),
-            ("tokens", "tokens"),
-            ("duration", "duration"),
-            ("turns", None),
-            ("delivery", None),
-        ],
-        sort_links=sort_links,
-        arrows=arrows,
-    )
-
-
-def _example(key: str | None) -> str | None:
-    """An example key (the JSON of its idx) as the reader knows it."""
-    if key is None:
-        return None
-    try:
-        value = json.loads(key)
-    except ValueError:
-        return key
-    return value if isinstance(value, str) else key
-
-
-def _episode_row(run: RunRow, row: EpisodeFactsRow, positions: dict[int, int]) -> dict[str, Any]:
-    ok = {1: "ok", 0: "failed", -1: "?"}.get(row.ok if row.ok is not None else -2, "…")
-    return {
-        "number": positions.get(row.seq),
-        "episode_id": row.episode_id,
-        "href": url("runs", run.local_id, "episodes", row.episode_id),
-        "example": _example(row.example),
-        "example_href": (
-            qs(url("runs", run.local_id, "episodes"), {"example": row.example})
-            if row.example is not None
-            else None
-        ),
-        "step": row.step,
-        "ok": ok,
-        "reward": row.reward,
-        "error_type": row.error_type,
-        "tokens": row.tokens,
-        "duration": row.duration,
-        "turns": row.turns,
-        "state": episode_delivery(run, row.state),
-    }
-
-
-# -- one episode ---------------------------------------------------------------------
-
-
-def episode_page(run: RunRow, detail: EpisodeDetail, *, more: bool = False) -> str:
-    runs_url = url("runs", run.local_id)
-    row = detail.row
-    here = url("runs", run.local_id, "episodes", row.episode_id)
-    outcome = DASH if row.ok is None else {1: "ok", 0: "failed"}.get(row.ok, DASH)
-    facts: list[tuple[str, object]] = [
-        ("episode", row.episode_id),
-        ("example", _example(row.example)),
-        ("step", row.step),
-        ("outcome", outcome),
-        ("reward", number(row.reward)),
-        ("error", row.error_type),
-        ("tokens (in / out)", f"{_dash(row.input_tokens)} / {_dash(row.output_tokens)}"),
-        ("duration", _seconds(row.duration)),
-        ("model calls", row.turns),
-        ("delivery", episode_delivery(run, row.state)),
-        ("record", f"{detail.size} bytes" if detail.size else None),
-    ]
-    steps = []
-    if detail.previous:
-        steps.append((url("runs", run.local_id, "episodes", detail.previous), PREVIOUS))
-    if detail.following:
-        steps.append((url("runs", run.local_id, "episodes", detail.following), NEXT))
-    return render(
-        "episode.html",
-        title=f"episode {row.episode_id[:16]}",
-        crumbs=_crumbs(run, (f"{runs_url}/episodes", "episodes"), (here, row.episode_id[:12])),
-        live="",
-        episode_id=row.episode_id,
-        steps=steps,
-        facts=facts,
-        record_href=f"{here}/record" if detail.size else "",
-        task=detail.task,
-        problem=detail.problem,
-        traces=[_trace(trace) for trace in detail.traces],
-        more_traces=detail.more_traces,
-        over_budget=detail.over_budget,
-        budget_kib=detail.budget // 1024,
-        more_href="" if more else qs(here, {"more": "1"}),
-        export=f"prime-runs-otel export {run.local_id[:12]} --what episodes",
-    )
-
-
-def _dash(value: object) -> object:
-    return DASH if value is None else value
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return f"{value:.2f} s" if value < 100 else f"{value:.0f} s"
-
-
-def _trace(trace: Any) -> dict[str, Any]:
-    return {
-        "name": trace.name,
-        "model": trace.model,
-        "trainable": trace.trainable,
-        "ok": trace.ok,
-        "reward": trace.reward,
-        "rewards": trace.rewards,
-        "metrics": trace.metrics,
-        "tools": trace.tools,
-        "errors": trace.errors,
-        "failed_calls": trace.failed_calls,
-        "messages": [_message(message) for message in trace.messages],
-        "more_messages": trace.more_messages,
-    }
-
-
-def _message(message: Message) -> dict[str, Any]:
-    role = message.role if message.role in ("system", "user", "assistant", "tool") else "other"
-    meta = [f"#{message.index}", message.role]
-    if message.parent is not None and message.parent != message.index - 1:
-        meta.append(f"after #{message.parent}")
-    if message.tool_call_id:
-        meta.append(f"answers {message.tool_call_id}")
-    if message.usage:
-        meta.append(
-            ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in message.usage.items())
-        )
-    if message.finish_reason:
-        meta.append(f"finish: {message.finish_reason}")
-    return {
-        "css": role,
-        "meta": " · ".join(meta),
-        "reasoning": message.reasoning,
-        "content": message.content,
-        "tool_calls": message.tool_calls,
-        "more_calls": message.more_calls,
-        "cut": message.cut,
-    }
-
-
-# -- compare -------------------------------------------------------------------------
-
-
-def compare_page(data: CompareData) -> str:
-    names = [_run_label(run) for run in data.runs]
-    first = data.runs[0]
-    rewards = charts.grouped_bars(data.rewards, label="reward per episode", names=names)
-    examples = []
-    for comparison in data.examples:
-        other = comparison.other
-        chart = (
-            charts.scatter(
-                comparison.sample,
-                label="mean reward per example",
-                x_label=_run_label(first),
-                y_label=_run_label(other),
-                link=lambda key: qs(url("runs", first.local_id, "episodes"), {"example": key}),
-            )
-            if comparison.sample
-            else ""
-        )
-        examples.append(
-            {
-                "label": _run_label(other),
-                "every": comparison.every,
-                "shared": comparison.shared,
-                "higher": comparison.higher,
-                "lower": comparison.lower,
-                "chart": Markup(chart),
-                "top": [
-                    {
-                        "example": _example(key),
-                        "href": qs(url("runs", first.local_id, "episodes"), {"example": key}),
-                        "other_href": qs(url("runs", other.local_id, "episodes"), {"example": key}),
-                        "first": a,
-                        "other": b,
-                        "delta": b - a,
-                    }
-                    for key, a, b in comparison.top
-                ],
-            }
-        )
-    return render(
-        "compare.html",
-        title="compare",
-        crumbs=[("/compare", "compare")],
-        live="",
-        first_label=names[0],
-        columns=_compare_columns(data),
-        lines=_compare_lines(data),
-        names=names,
-        palette=len(charts.PALETTE),
-        rewards=Markup(rewards),
-        examples=examples,
-    )
-
-
-def _compare_columns(data: CompareData) -> list[dict[str, Any]]:
-    """Each run's column in the order given, and after each but the first,
-    its difference from the first."""
-    columns = []
-    for index, run in enumerate(data.runs):
-        column = {"label": _run_label(run), "id": run.local_id, "href": url("runs", run.local_id)}
-        columns.append({**column, "delta": False})
-        if index:
-            columns.append({**column, "delta": True})
-    return columns
-
-
-def _compare_lines(data: CompareData) -> list[tuple[str, list[object]]]:
-    views = data.views
-
-    def text(values: list[object]) -> list[object]:
-        return [values[0], *(cell for value in values[1:] for cell in (value, ""))]
-
-    def numbers(values: list[float | None], shown: Callable[[float | None], str]) -> list[object]:
-        first = values[0]
-        cells: list[object] = [shown(first)]
-        for value in values[1:]:
-            delta = None if value is None or first is None else value - first
-            cells += [shown(value), _signed(delta, shown)]
-        return cells
-
-    summaries = [view["summary"] for view in views]
-    lines: list[tuple[str, list[object]]] = [
-        ("kind", text([view["kind"] for view in views])),
-        ("model", text([view["model"] for view in views])),
-        ("status", text([f"{view['status']}, {view['state']}" for view in views])),
-        ("episodes", numbers([view["episodes"] for view in views], _count)),
-        ("mean reward", numbers([summary.get("avg_reward") for summary in summaries], number)),
-        ("error rate", numbers([summary.get("avg_error") for summary in summaries], pct)),
-    ]
-    for name in data.metric_names:
-        values = [(summary.get("avg_metrics") or {}).get(name) for summary in summaries]
-        lines.append((name, numbers(values, number)))
-    return lines
-
-
-def _count(value: float | None) -> str:
-    return DASH if value is None else f"{value:,.0f}"
-
-
-def _signed(delta: float | None, shown: Callable[[float | None], str]) -> str:
-    if delta is None:
-        return DASH
-    written = shown(abs(delta))
-    return f"+{written}" if delta > 0 else f"\u2212{written}" if delta < 0 else f"\u00b1{written}"
 
 
 # -- when something is wrong ---------------------------------------------------------

@@ -16,7 +16,7 @@ from ..._text import one_line
 from ...deliver.spool import EpisodeRow, RunRow, Spool
 from ...deliver.summary import run_summary
 from ...read.projection import episode_sample_rows, traces_line
-from ..arguments import spool_option
+from ..arguments import add_options, option, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, stdout_gone
 from .export_otlp import export_otlp
@@ -100,38 +100,42 @@ def _projected(episode: EpisodeRow, platform_id: str, kind: str, what: str) -> s
     return "".join(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n" for row in rows)
 
 
-def add_export_command(commands: Any, common: argparse.ArgumentParser) -> None:
-    export = commands.add_parser(
-        "export", parents=[common], help="what the platform would receive, as JSONL/JSON"
-    )
-    export.add_argument("run", help="run id, platform id, a unique prefix, or the run's name")
-    export.add_argument(
+#: ``export``'s arguments, in the order its help lists them.
+EXPORT_OPTIONS = (
+    option("run", help="run id, platform id, a unique prefix, or the run's name"),
+    option(
         "--what",
         choices=["samples", "episodes", "summary", "metrics"],
         default="samples",
         help="legacy sample rows, Prime Traces episode lines, the run summary, or training "
         "step metrics (default: samples)",
-    )
-    export.add_argument(
+    ),
+    option(
         "-o",
         "--output",
         metavar="FILE",
         help="write to FILE instead of stdout, readable by you only (mode 600, as the store)",
-    )
-    export.add_argument(
+    ),
+    option(
         "--force",
         action="store_true",
         help="with -o: write through a symbolic link at FILE (refused otherwise)",
-    )
-    export.add_argument(
+    ),
+    option(
         "--otlp",
         metavar="URL",
         help="instead, send the run's spans (episodes with their agent and model-call spans, "
         "without the record blobs) to a tracing backend's OTLP/HTTP traces endpoint, e.g. "
         "http://127.0.0.1:6006/v1/traces",
+    ),
+    option("--json", action="store_true", help="accepted for symmetry: the output is JSON already"),
+)
+
+
+def add_export_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    export = commands.add_parser(
+        "export", parents=[common], help="what the platform would receive, as JSONL/JSON"
     )
-    export.add_argument(
-        "--json", action="store_true", help="accepted for symmetry: the output is JSON already"
-    )
+    add_options(export, EXPORT_OPTIONS)
     spool_option(export)
     export.set_defaults(func=cmd_export)

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Sequence
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -68,8 +69,28 @@ class _Tally(SpanExporter):
 
 
 def export_otlp(spool: Spool, run: RunRow, endpoint: str) -> int:
+    """The stored run sent to an OTLP/HTTP traces endpoint as the spans its
+    producer would have emitted; ``EXIT_INCOMPLETE`` when any were refused."""
+    resource = _export_resource(run)
+    tally = _Tally(TracingExporter(OTLPSpanExporter(endpoint=endpoint, timeout=SEND_TIMEOUT)))
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(
+        BatchSpanProcessor(tally, max_queue_size=_QUEUE_SPANS, max_export_batch_size=512)
+    )
+    progress = Progress(f"sending spans to {endpoint}", run.episodes, sys.stderr)
+    try:
+        sent = _send(spool, run, provider, tally, progress)
+    finally:
+        provider.force_flush()
+        provider.shutdown()
+        progress.close()
+    return _report(run, endpoint, tally, sent)
+
+
+def _export_resource(run: RunRow) -> Resource:
+    """The run's Resource as its producer made it, from what the store kept."""
     identity = run.identity
-    resource = run_resource(
+    return run_resource(
         run_id=run.local_id,
         kind=run.kind,
         name=identity.name,
@@ -84,35 +105,37 @@ def export_otlp(spool: Spool, run: RunRow, endpoint: str) -> int:
         rollouts_per_example=identity.rollouts_per_example,
         seq_len=identity.seq_len,
     )
-    tally = _Tally(TracingExporter(OTLPSpanExporter(endpoint=endpoint, timeout=SEND_TIMEOUT)))
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(
-        BatchSpanProcessor(tally, max_queue_size=_QUEUE_SPANS, max_export_batch_size=512)
-    )
+
+
+def _send(
+    spool: Spool, run: RunRow, provider: TracerProvider, tally: _Tally, progress: Progress
+) -> int:
+    """The run's start, metrics rows, episodes and end as spans, until the
+    endpoint refuses some; returns the episodes sent."""
     tracer = provider.get_tracer("prime_runs_otel.export")
     sent = 0
-    progress = Progress(f"sending spans to {endpoint}", run.episodes, sys.stderr)
-    try:
-        emit_run_start(tracer, run.config or {})
-        for metrics in spool.reading.metrics_rows(run.local_id):
-            values = json.loads(metrics.row)
-            if not metrics.verbatim:
-                values.pop("_timestamp", None)
-            emit_metrics(tracer, values, step=metrics.step, verbatim=metrics.verbatim)
-        for episode in spool.reading.iter_episodes(run.local_id):
-            record_episode(tracer, fast_loads(episode.record), capture_content=True)
-            sent += 1
-            progress.advance()
-            if sent % FLUSH_EVERY == 0:
-                provider.force_flush()
-                if tally.refused:  # unreachable or refusing: the rest would fare no better
-                    break
-        if run.end_status is not None and not tally.refused:
-            emit_run_end(tracer, run.end_status, run.end_error, episodes_recorded=run.episodes)
-    finally:
-        provider.force_flush()
-        provider.shutdown()
-        progress.close()
+    emit_run_start(tracer, run.config or {})
+    for metrics in spool.reading.metrics_rows(run.local_id):
+        values = json.loads(metrics.row)
+        if not metrics.verbatim:
+            values.pop("_timestamp", None)
+        emit_metrics(tracer, values, step=metrics.step, verbatim=metrics.verbatim)
+    for episode in spool.reading.iter_episodes(run.local_id):
+        record_episode(tracer, fast_loads(episode.record), capture_content=True)
+        sent += 1
+        progress.advance()
+        if sent % FLUSH_EVERY == 0:
+            provider.force_flush()
+            if tally.refused:  # unreachable or refusing: the rest would fare no better
+                break
+    if run.end_status is not None and not tally.refused:
+        emit_run_end(tracer, run.end_status, run.end_error, episodes_recorded=run.episodes)
+    return sent
+
+
+def _report(run: RunRow, endpoint: str, tally: _Tally, sent: int) -> int:
+    """What was sent, what the store no longer had, and what to check when
+    the endpoint refused; the command's exit status."""
     missing = 0 if tally.refused else run.episodes - sent
     print(
         f"sent run {run.local_id}: {sent} episode(s), {tally.sent} span(s) to {endpoint}"

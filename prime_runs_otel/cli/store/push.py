@@ -18,7 +18,7 @@ from ...config import Settings, key_hint, resolve_settings
 from ...deliver.spool import RunRow, Spool
 from ...deliver.uploader import Uploader
 from ...view.runs import run_view
-from ..arguments import json_option, non_negative_float, spool_option
+from ..arguments import add_options, json_option, non_negative_float, option, spool_option
 from ..exits import EXIT_INCOMPLETE, EXIT_OK, UsageError
 from ..output import Progress, color, print_json
 from .lookup import find, note_damaged, open_spool
@@ -197,34 +197,38 @@ def _report(
         print(one_line(f"{row.local_id[:12]}: not pushed: {reason}"))
 
 
-def add_push_command(commands: Any, common: argparse.ArgumentParser) -> None:
-    push = commands.add_parser(
-        "push", parents=[common], help="deliver chosen local or pending runs to the platform"
-    )
-    push.add_argument("runs", nargs="*", metavar="RUN", help="the runs to push")
-    push.add_argument("--all", action="store_true", help="every run not yet on the platform")
-    push.add_argument(
-        "--dry-run", action="store_true", help="list what would be pushed, and send nothing"
-    )
-    push.add_argument(
+#: ``push``'s arguments, in the order its help lists them.
+PUSH_OPTIONS = (
+    option("runs", nargs="*", metavar="RUN", help="the runs to push"),
+    option("--all", action="store_true", help="every run not yet on the platform"),
+    option("--dry-run", action="store_true", help="list what would be pushed, and send nothing"),
+    option(
         "--drop-local",
         action="store_true",
         help="delete the local record bodies once delivered (default: keep them for export)",
-    )
-    push.add_argument(
+    ),
+    option(
         "--environment",
         action="append",
         metavar="NAME",
         help="amend the run's environments before pushing (repeatable; one RUN only)",
-    )
-    push.add_argument("--model", help="amend the run's model before pushing (one RUN only)")
-    push.add_argument(
+    ),
+    option("--model", help="amend the run's model before pushing (one RUN only)"),
+    option(
         "--timeout",
         type=non_negative_float,
         default=600.0,
         metavar="SECONDS",
         help="how long to keep delivering (default 600)",
+    ),
+)
+
+
+def add_push_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    push = commands.add_parser(
+        "push", parents=[common], help="deliver chosen local or pending runs to the platform"
     )
+    add_options(push, PUSH_OPTIONS)
     json_option(push, "what was pushed")
     spool_option(push)
     push.set_defaults(func=cmd_push)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...deliver.spool import DamagedRunError, RunRow, Spool
 from ...view.runs import STATES, STATUSES, run_state, select_runs
-from ..arguments import json_option, parse_age, spool_option
+from ..arguments import add_options, json_option, option, parse_age, spool_option
 from ..exits import EXIT_OK, UsageError
 from ..output import human_bytes, print_json
 from .compact import file_bytes
@@ -157,6 +157,27 @@ def _prune_bodies(spool: Spool, rows: list[RunRow], *, dry_run: bool, as_json: b
     return EXIT_OK
 
 
+#: ``prune``'s arguments, in the order its help lists them.
+PRUNE_OPTIONS = (
+    option(
+        "--older-than", type=parse_age, metavar="AGE", help="created more than AGE ago (30d, 12h)"
+    ),
+    option(
+        "--status",
+        action="append",
+        choices=STATUSES + STATES,
+        help="with this status or state (repeatable)",
+    ),
+    option(
+        "--bodies",
+        action="store_true",
+        help="drop only the kept bodies of delivered episodes (the platform has them); the runs, "
+        "their summaries and charts stay",
+    ),
+    option("--dry-run", action="store_true", help="list what would go; remove nothing"),
+)
+
+
 def add_remove_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     rm = commands.add_parser(
         "rm", parents=[common], help="remove runs from the local store (not from the platform)"
@@ -172,22 +193,7 @@ def add_remove_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     prune = commands.add_parser(
         "prune", parents=[common], help="remove closed runs from the local store by age or status"
     )
-    prune.add_argument(
-        "--older-than", type=parse_age, metavar="AGE", help="created more than AGE ago (30d, 12h)"
-    )
-    prune.add_argument(
-        "--status",
-        action="append",
-        choices=STATUSES + STATES,
-        help="with this status or state (repeatable)",
-    )
-    prune.add_argument(
-        "--bodies",
-        action="store_true",
-        help="drop only the kept bodies of delivered episodes (the platform has them); the runs, "
-        "their summaries and charts stay",
-    )
-    prune.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    add_options(prune, PRUNE_OPTIONS)
     json_option(prune, "what was removed")
     spool_option(prune)
     prune.set_defaults(func=cmd_prune)

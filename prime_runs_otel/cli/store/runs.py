@@ -11,7 +11,7 @@ from typing import Any
 
 from ..._text import one_line
 from ...view.runs import STATES, STATUSES, run_view, select_runs
-from ..arguments import json_option, parse_since, positive_int, spool_option
+from ..arguments import add_options, json_option, option, parse_since, positive_int, spool_option
 from ..exits import EXIT_OK
 from ..output import print_json, stdout_gone
 from .lookup import SPOOL_FILE, first_run_hint, note_damaged, open_store, spool_exists, store_folder
@@ -70,25 +70,31 @@ def _filtered(args: argparse.Namespace) -> bool:
     return bool(args.status or args.kind or args.name or args.since)
 
 
-def add_runs_command(commands: Any, common: argparse.ArgumentParser) -> None:
-    runs = commands.add_parser(
-        "runs", parents=[common], help="list the runs in the spool, newest first"
-    )
-    runs.add_argument(
+#: ``runs``' filters, in the order its help lists them.
+RUNS_OPTIONS = (
+    option(
         "--status",
         action="append",
         choices=STATUSES + STATES,
         help="only runs with this status or state (repeatable)",
-    )
-    runs.add_argument("--kind", choices=["eval", "train"], help="only eval or training runs")
-    runs.add_argument("--name", help="only runs whose name contains this text")
-    runs.add_argument(
+    ),
+    option("--kind", choices=["eval", "train"], help="only eval or training runs"),
+    option("--name", help="only runs whose name contains this text"),
+    option(
         "--since",
         type=parse_since,
         metavar="AGE|DATE",
         help="only runs created since (7d, 2026-01-31)",
+    ),
+    option("--limit", type=positive_int, metavar="N", help="at most N runs"),
+)
+
+
+def add_runs_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    runs = commands.add_parser(
+        "runs", parents=[common], help="list the runs in the spool, newest first"
     )
-    runs.add_argument("--limit", type=positive_int, metavar="N", help="at most N runs")
+    add_options(runs, RUNS_OPTIONS)
     json_option(runs, "the runs")
     spool_option(runs)
     runs.set_defaults(func=cmd_runs)

@@ -13,6 +13,7 @@ from typing import Any
 
 from .core import _GATE
 from .part import SpoolPart
+from .rows import for_seqs
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,7 @@ class EpisodeDelivery(SpoolPart):
         """A permanent refusal: counted on the run, body kept for inspection
         (``push`` gives them another chance once the cause is fixed)."""
         with self._transaction() as db:
-            db.executemany(
-                "UPDATE episodes SET state = 'failed' WHERE seq = ?", [(seq,) for seq in seqs]
-            )
+            for_seqs(db, "UPDATE episodes SET state = 'failed' WHERE seq IN ({seqs})", seqs)
             # A closed run's pending episodes are late ones: refused, they are
             # late and undelivered.
             db.execute(
@@ -121,18 +120,14 @@ class EpisodeDelivery(SpoolPart):
         not training work). Not a loss: Prime Traces would have had them, and
         the legacy table never held them."""
         with self._transaction() as db:
-            db.executemany("DELETE FROM records WHERE seq = ?", [(seq,) for seq in seqs])
-            db.executemany(
-                "UPDATE episodes SET state = 'skipped' WHERE seq = ?", [(seq,) for seq in seqs]
-            )
+            for_seqs(db, "DELETE FROM records WHERE seq IN ({seqs})", seqs)
+            for_seqs(db, "UPDATE episodes SET state = 'skipped' WHERE seq IN ({seqs})", seqs)
 
     def deliver_without_request(self, seqs: Sequence[int]) -> None:
         """Episodes with nothing to send to the sample table (no traces)."""
         with self._transaction() as db:
-            db.executemany("DELETE FROM records WHERE seq = ?", [(seq,) for seq in seqs])
-            db.executemany(
-                "UPDATE episodes SET state = 'delivered' WHERE seq = ?", [(seq,) for seq in seqs]
-            )
+            for_seqs(db, "DELETE FROM records WHERE seq IN ({seqs})", seqs)
+            for_seqs(db, "UPDATE episodes SET state = 'delivered' WHERE seq IN ({seqs})", seqs)
 
 
 class EpisodeBodies(SpoolPart):

@@ -17,6 +17,9 @@ file it is and what to do. Modes are tightened on the file found at the
 name (a descriptor opened with ``O_NOFOLLOW``), never by a name looked up
 again, so a link planted between the check and the change cannot redirect it.
 
+The same process creates the spool file private (mode 600) before SQLite
+opens it, and says so when an existing one looks cut to nothing on disk.
+
 These checks are for a process that writes the store; what remains open is
 the moment between them and SQLite opening the file, and the ones done again
 once SQLite has made its companions close most of it.
@@ -24,11 +27,15 @@ once SQLite has made its companions close most of it.
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import stat
+import time
 from contextlib import suppress
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 #: The spool file's companions, by suffix ("" is the spool itself).
 STORE_SUFFIXES = ("", "-wal", "-shm", "-reserve")
@@ -152,3 +159,65 @@ def _link_target(member: Path) -> str:
         return os.readlink(member)
     except OSError:
         return "?"
+
+
+def warn_if_shared(folder: Path) -> None:
+    """Say so when other users of this machine can read the spool's folder:
+    the records in it hold prompts and completions."""
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return
+    if mode & 0o077:
+        logger.warning(
+            "The local store %s can be read by other users of this machine (mode %s), and "
+            "the episodes in it hold prompts and completions. Make it private: chmod 700 %s",
+            folder,
+            oct(mode & 0o777),
+            folder,
+        )
+
+
+def create_private(path: Path) -> None:
+    """Create the spool file readable by its owner only (SQLite creates it,
+    and its WAL and shared-memory files after it, with the process umask
+    otherwise, 0644 on most machines); tighten an existing one of ours.
+    ``OSError`` when it cannot be created (the caller says what to do)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
+        return
+    try:
+        status = path.stat()
+    except OSError:
+        return
+    if _truncated(path, status):
+        logger.warning(
+            "The spool %s is empty (0 bytes); starting a new one in it. If it held runs, it "
+            "was truncated on disk and they are gone: restore it from a backup to get them "
+            "back",
+            path,
+        )
+    tighten_modes(path)
+
+
+#: An empty spool file younger than this is another process creating it.
+_CREATING_SECONDS = 30.0
+
+
+def _truncated(path: Path, status: os.stat_result) -> bool:
+    """Whether an existing spool file looks cut to nothing on disk: empty,
+    with nothing in its write-ahead log either, and not just created by
+    another process starting at the same moment (which has not written its
+    first page yet, or holds it in the log)."""
+    if status.st_size:
+        return False
+    try:
+        if os.path.getsize(f"{path}-wal"):
+            return False
+    except OSError:
+        pass
+    return time.time() - status.st_mtime > _CREATING_SECONDS

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...read.episodes import EpisodeArrival
-from ...read.projection import LineTemplate, SummaryAccumulator
+from ...read.projection import LineTemplate
 from .cap import IngestCap
 from .core import SpoolCore, SpoolFullError
 from .processes import register_producer as register_producer_row
 from .rows import aggregate, insert_rows
-from .runs import count_batch, ensure_run, owned_by, record_end, record_start
-from .size import STOPPED_HELD_SQL, STOPPED_SHARE, SpoolSize
+from .runs import RunAtIngest, count_batch, ensure_run, owned_by, record_end, record_start
+from .size import STOPPED_HELD_SQL, STOPPED_SHARE, USED_BYTES_SQL, SpoolSize
 from .steps import insert_metrics, insert_step_tables
 from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
 
@@ -139,21 +139,18 @@ class SpoolIngest(IngestCap):
         # The cap and the disk are checked per episode against the bytes in
         # use plus what this batch adds, since one export batch can carry
         # thousands of episodes.
-        size = self._room.used_bytes()
         now = time.time()
         stored = duplicates = corrupt = rejected = 0
         lines: list[tuple[int, LineTemplate]] = []
         foreign: list[tuple[str, str]] = []
         with self._transaction() as db:
-            room = _Room(
-                size,
-                db.execute(STOPPED_HELD_SQL).fetchone()[0],
-                self.max_bytes,
-                self._room.disk_left_for_episodes(),
-            )
+            size, stopped_held = db.execute(
+                f"SELECT ({USED_BYTES_SQL}), ({STOPPED_HELD_SQL})"
+            ).fetchone()
+            room = _Room(size, stopped_held, self.max_bytes, self._room.disk_left_for_episodes())
             for batch in batches:
                 local_id = batch.identity.local_id
-                summary = ensure_run(
+                run = ensure_run(
                     db, batch.identity, mode=mode, now=now, keep_records=self.keep_delivered
                 )
                 if register_producer:
@@ -161,7 +158,7 @@ class SpoolIngest(IngestCap):
                 if batch.start is not None:
                     record_start(db, local_id, batch.start, claim=check_owner)
                 added, refused = self._insert_episodes(
-                    db, local_id, batch.episodes, summary, room, lines
+                    db, local_id, batch.episodes, run, room, lines
                 )
                 stored += added
                 rejected += refused
@@ -169,7 +166,7 @@ class SpoolIngest(IngestCap):
                 corrupt += len(batch.corrupt) + len(batch.corrupt_metrics)
                 insert_metrics(db, local_id, batch.metrics, now)
                 insert_step_tables(db, local_id, batch.samples, now)
-                count_batch(db, local_id, batch, summary, added, refused, now)
+                count_batch(db, local_id, batch, run.summary, added, refused, now)
                 end = batch.end
                 if end is not None and check_owner and not owned_by(db, local_id, end.producer):
                     foreign.append((local_id, end.producer or ""))
@@ -188,7 +185,7 @@ class SpoolIngest(IngestCap):
         db: sqlite3.Connection,
         run_id: str,
         episodes: Sequence[EpisodeArrival],
-        summary: SummaryAccumulator,
+        run: RunAtIngest,
         room: _Room,
         lines: list[tuple[int, LineTemplate]],
     ) -> tuple[int, int]:
@@ -205,7 +202,7 @@ class SpoolIngest(IngestCap):
         bodies go in as multi-row inserts. At the cap a new episode is
         refused; one already stored is still a duplicate, not a loss.
         """
-        fresh, refused = self._fresh_episodes(db, run_id, episodes, room)
+        fresh, refused = self._fresh_episodes(db, run_id, episodes, room, stopped=run.stopped)
         if not fresh:
             return 0, refused
         numbers = self._number_rollouts(db, run_id, fresh)
@@ -232,8 +229,8 @@ class SpoolIngest(IngestCap):
         insert_rows(db, "records (seq, body)", [(seqs[e.episode_id], e.raw) for e in fresh])
         lines.extend((seqs[e.episode_id], e.line) for e in fresh if e.line is not None)
         for episode in fresh:
-            summary.add_digest(episode.digest)
-        _add_to_views(db, run_id, fresh, seqs)
+            run.summary.add_digest(episode.digest)
+        _add_to_views(db, run_id, fresh, seqs, run.episodes)
         return len(fresh), refused
 
     def _fresh_episodes(
@@ -242,10 +239,12 @@ class SpoolIngest(IngestCap):
         run_id: str,
         episodes: Sequence[EpisodeArrival],
         room: _Room,
+        *,
+        stopped: bool,
     ) -> tuple[list[EpisodeArrival], int]:
         """The episodes of ``episodes`` to store: not stored before, nor
         twice in the batch, as far as ``room`` goes; and how many were
-        refused for want of it."""
+        refused for want of it. ``stopped``: the run's delivery stopped."""
         ids = [episode.episode_id for episode in episodes]
         known: set[str] = set()
         for stored in aggregate(
@@ -254,7 +253,6 @@ class SpoolIngest(IngestCap):
             known.update(stored)
         fresh: list[EpisodeArrival] = []
         refused = 0
-        stopped = bool(episodes) and _stopped(db, run_id)
         if not stopped:
             # Kept bodies of delivered episodes go before a new episode is
             # refused at the cap (a stopped run's share is not theirs to free).
@@ -315,15 +313,6 @@ def _seqs_of(
     return seqs
 
 
-def _stopped(db: sqlite3.Connection, local_id: str) -> bool:
-    """Whether the run's delivery stopped (``RunRow.stopped``)."""
-    row = db.execute(
-        "SELECT create_state = 'failed' OR close_state = 'gave_up' FROM runs WHERE local_id = ?",
-        (local_id,),
-    ).fetchone()
-    return bool(row and row[0])
-
-
 @dataclass
 class _Room:
     """What one ingest may still add. Runs still delivering share the cap
@@ -368,14 +357,18 @@ class _Room:
 
 
 def _add_to_views(
-    db: sqlite3.Connection, run_id: str, fresh: Sequence[EpisodeArrival], seqs: dict[str, int]
+    db: sqlite3.Connection,
+    run_id: str,
+    fresh: Sequence[EpisodeArrival],
+    seqs: dict[str, int],
+    before: int,
 ) -> None:
     """Fold the stored episodes into what the viewer shows of their run.
 
     Inside a savepoint: should that fail, the views of the run miss these
     episodes (and say so in the log), but the episodes are stored all the
-    same. What the viewer shows never costs an episode."""
-    (before,) = db.execute("SELECT episodes FROM runs WHERE local_id = ?", (run_id,)).fetchone()
+    same. What the viewer shows never costs an episode. ``before``: the
+    run's episodes before these (their ordinals follow)."""
     stored = [
         StoredEpisode(seqs[e.episode_id], before + index, e.episode_id, e.step, e.digest)
         for index, e in enumerate(fresh)

@@ -96,6 +96,18 @@ class RunRow:
         return self.close_state == "gave_up" or self.create_state == "failed"
 
 
+@dataclass(frozen=True)
+class RunAtIngest:
+    """What ``ingest`` needs of a run's row, read once per batch: its running
+    summary, whether its delivery stopped (``RunRow.stopped``: its episodes
+    take room from the stopped runs' share), and how many episodes it held
+    before (the ordinal of the first new one, for the views)."""
+
+    summary: SummaryAccumulator
+    stopped: bool = False
+    episodes: int = 0
+
+
 def ensure_run(
     db: sqlite3.Connection,
     identity: RunIdentity,
@@ -103,15 +115,21 @@ def ensure_run(
     mode: str,
     now: float,
     keep_records: bool = True,
-) -> SummaryAccumulator:
-    """The run's running summary, creating the run on first sight (an
+) -> RunAtIngest:
+    """The run as ``ingest`` needs it, creating it on first sight (an
     attached run starts as created: the platform already has it), keeping
-    its bodies after delivery or not (``keep_records``)."""
+    its bodies after delivery or not (``keep_records``). One read of the
+    row per batch: the summary, the stop and the count come together."""
     row = db.execute(
-        "SELECT summary_state FROM runs WHERE local_id = ?", (identity.local_id,)
+        "SELECT summary_state, create_state = 'failed' OR close_state = 'gave_up', episodes "
+        "FROM runs WHERE local_id = ?",
+        (identity.local_id,),
     ).fetchone()
     if row is not None:
-        return SummaryAccumulator.from_state(json.loads(row[0]))
+        state, stopped, episodes = row
+        return RunAtIngest(
+            SummaryAccumulator.from_state(json.loads(state)), bool(stopped), episodes
+        )
     summary = SummaryAccumulator()
     db.execute(
         "INSERT INTO runs (local_id, kind, name, identity, mode, created_at, updated_at, "
@@ -132,7 +150,7 @@ def ensure_run(
             int(keep_records),
         ),
     )
-    return summary
+    return RunAtIngest(summary)
 
 
 def record_start(db: sqlite3.Connection, local_id: str, start: RunStart, *, claim: bool) -> None:

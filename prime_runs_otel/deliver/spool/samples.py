@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from .episodes import drop_records
 from .part import SpoolPart
+from .rows import for_seqs
 
 
 class SpoolSamples(SpoolPart):
@@ -26,9 +27,11 @@ class SpoolSamples(SpoolPart):
                 "VALUES (?, ?, 'samples', NULL, ?, 'sending', ?)",
                 (upload_id, run_id, len(set(seqs)), time.time()),
             )
-            db.executemany(
-                "UPDATE episodes SET state = 'sending', upload_id = ? WHERE seq = ?",
-                [(upload_id, seq) for seq in set(seqs)],
+            for_seqs(
+                db,
+                "UPDATE episodes SET state = 'sending', upload_id = ? WHERE seq IN ({seqs})",
+                sorted(set(seqs)),
+                (upload_id,),
             )
         return upload_id
 

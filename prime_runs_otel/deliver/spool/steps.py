@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ...read.records import RunMetrics, RunSamples
 from .part import SpoolPart
+from .rows import for_seqs
 from .uploads import commit_upload
 
 
@@ -167,10 +168,12 @@ class StepDelivery(SpoolPart):
                 "step, sample_offset) VALUES (?, ?, 'steps', ?, ?, 'pending', ?, ?, ?)",
                 (upload_id, run_id, body, len(seqs), time.time(), step, sample_offset),
             )
-            db.executemany(
+            for_seqs(
+                db,
                 "UPDATE episodes SET state = 'uploading', upload_id = ? "
-                "WHERE seq = ? AND state = 'pending'",
-                [(upload_id, seq) for seq in seqs],
+                "WHERE seq IN ({seqs}) AND state = 'pending'",
+                seqs,
+                (upload_id,),
             )
         return upload_id
 

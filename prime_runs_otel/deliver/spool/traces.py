@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 
 from .part import SpoolPart
+from .rows import for_seqs
 from .uploads import commit_upload
 
 
@@ -34,10 +35,12 @@ class SpoolTraces(SpoolPart):
                 "body_encoding = excluded.body_encoding",
                 (upload_id, run_id, body, len(seqs), time.time(), encoding),
             )
-            db.executemany(
+            for_seqs(
+                db,
                 "UPDATE episodes SET state = 'uploading', upload_id = ? "
-                "WHERE seq = ? AND state = 'pending'",
-                [(upload_id, seq) for seq in seqs],
+                "WHERE seq IN ({seqs}) AND state = 'pending'",
+                seqs,
+                (upload_id,),
             )
 
     def commit_traces_upload(self, run_id: str, upload_id: str) -> int:

@@ -4,7 +4,7 @@ its ``PrimeMonitor``, and the patched ``setup`` that registers it.
 What prime-rl's fan-out hands it becomes a run of this package, through the
 spool like any other (``..delivery``): the run registered with the fields
 ``PrimeMonitor`` sends (``run_fields.py``), every metrics dict the row
-``PrimeMonitor`` posts, a post of its own (``metrics_row``; the span says so
+``PrimeMonitor`` posts, a post of its own (``rows.metrics_row``; the span says so
 with ``prime.run.metrics.verbatim``, so no ``_timestamp`` is added and an
 eval row's float step is never merged into its step's train row), every
 rollout (the ``all`` cohort, which every rollout of either kind passes
@@ -25,12 +25,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import logging
 import math
 import os
-import queue
-import threading
 import types
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
@@ -40,9 +37,17 @@ from ...errors import ConfigError
 from ...read.projection import STEP_TABLE_INTERVAL, step_table_parquet
 from ..delivery import IN_PROCESS, Delivery, Exported, InProcess, exporter_names, load_exporter
 from .exit import ExitWatch
+from .rows import metrics_row, record_of, step_of
 from .run_fields import ATTACH_ENV, api_base_url, run_config, run_fields, shared_run_id
+from .workers import Committer, Recorder
 
-__all__ = ["TRAINER_ENV", "PlatformReporting", "patched_setup", "platform_monitor"]
+__all__ = [
+    "TRAINER_ENV",
+    "PlatformReporting",
+    "metrics_row",
+    "patched_setup",
+    "platform_monitor",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +206,7 @@ class PlatformReporting:
             )
         try:
             # prime-rl's row, posted as PrimeMonitor posts it: a post of its own.
-            delivery.metrics(row, _step_of(step, row), verbatim=True)
+            delivery.metrics(row, step_of(step, row), verbatim=True)
         except Exception as exc:
             self._reject("metrics row", f"the step {step} metrics row was refused: {exc}")
         if self._committer is not None:
@@ -267,7 +272,7 @@ class PlatformReporting:
         records = []
         for episode in episodes:
             try:
-                records.append(_record_of(episode))
+                records.append(record_of(episode))
             except Exception as exc:
                 self._reject("episode", f"an episode of step {step} has no record: {exc}")
         body = step_table_parquet(records, "", step) if records else None
@@ -322,75 +327,6 @@ class PlatformReporting:
                 "finalize reports the counts)",
                 detail,
             )
-
-
-class Recorder:
-    """Hands each rollout (and writes each sample table) on a thread of its
-    own, in order, so the event loop (prime-rl's dispatch) never waits for
-    the run's producer thread.
-
-    A step's rollouts can arrive faster than the run turns them into spans
-    (a step's worth at once, when a batch completes), and ``Run.record_episode``
-    then waits for room: on the loop, that would stall dispatch for as long.
-    Here the loop only appends to a queue, which holds up to ``CAPACITY``
-    rollouts (prime-rl holds them in its batch anyway) before it too waits.
-    """
-
-    CAPACITY = 8192
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[Callable[[], None]] = queue.Queue(self.CAPACITY)
-        self._thread = threading.Thread(
-            target=self._loop, name="prime-runs-otel-prime-rl-record", daemon=True
-        )
-        self._thread.start()
-
-    def put(self, work: Callable[[], None]) -> None:
-        self._queue.put(work)
-
-    def drain(self) -> None:
-        """Everything put so far is done."""
-        self._queue.join()
-
-    def _loop(self) -> None:
-        while True:
-            work = self._queue.get()
-            try:
-                work()  # its own failures are its item's counted rejection
-            except Exception as exc:
-                logger.warning("prime-rl run: %s", exc)
-            finally:
-                self._queue.task_done()
-
-
-class Committer:
-    """Commits the run's spans (to the spool, or to the collector) on a
-    thread of its own after each step's metrics, so a SIGKILL loses at most
-    the step in flight, as prime-rl's requests in flight, instead of what
-    the span batch held (seconds of steps). Requests coalesce: one commit
-    covers every step logged before it starts, rollouts handed over first."""
-
-    def __init__(self, recorder: Recorder, commit: Callable[[], object]) -> None:
-        self._recorder = recorder
-        self._commit = commit
-        self._wanted = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop, name="prime-runs-otel-prime-rl-commit", daemon=True
-        )
-        self._thread.start()
-
-    def request(self) -> None:
-        self._wanted.set()
-
-    def _loop(self) -> None:
-        while True:
-            self._wanted.wait()
-            self._wanted.clear()
-            try:
-                self._recorder.drain()
-                self._commit()
-            except Exception as exc:  # the next request tries again
-                logger.debug("prime-rl run: committing its spans failed: %s", exc)
 
 
 def _commit_of(delivery: Delivery) -> Callable[[], object]:
@@ -460,97 +396,3 @@ def _trainer_fields(config: Any) -> dict[str, Any]:
     except Exception:
         model = "unknown"
     return {"kind": "train", "run_id": run_id, "attach": attach, "model": model}
-
-
-def metrics_row(
-    metrics: Mapping[str, Any], step: int
-) -> tuple[dict[str, Any], list[str], list[str]]:
-    """prime-rl's metrics dict as ``PrimeMonitor`` posts it: ``(row, dropped,
-    refused)``.
-
-    The row is prime-rl's own: its keys in their order, ``step`` where and as
-    the dict has it (an eval row's ``10.0`` stays a float; a dict without
-    one is posted without one), non-finite numbers dropped at any depth as
-    prime-rl's ``sanitize`` drops them (a nested object left empty stays,
-    as there), nothing added. Where prime-rl would lose the whole row (a
-    value its JSON encoding refuses), only that value is left out: a number
-    of another type (numpy, torch) is taken as its float, anything else is
-    refused alone. ``step`` only names the step the row belongs to.
-    """
-    row: dict[str, Any] = {}
-    dropped: list[str] = []
-    refused: list[str] = []
-    for key, value in metrics.items():
-        name = str(key)
-        plain = _sanitized(value, name, dropped)
-        if plain is _DROPPED:
-            continue
-        plain = _plain(plain)
-        if plain is _BAD:
-            refused.append(name)
-            continue
-        row[name] = plain
-    return row, dropped, refused
-
-
-_BAD = object()
-_DROPPED = object()
-
-
-def _step_of(step: Any, row: Mapping[str, Any]) -> int:
-    """The whole step a row belongs to (for the spool and the viewer; the
-    row itself is posted as it is): the ``step`` prime-rl logged it at, or
-    the row's own."""
-    for candidate in (step, row.get("step")):
-        if isinstance(candidate, float) and candidate.is_integer():
-            candidate = int(candidate)
-        if isinstance(candidate, int) and not isinstance(candidate, bool) and candidate >= 0:
-            return candidate
-    return 0
-
-
-def _sanitized(value: Any, path: str, dropped: list[str]) -> Any:
-    """prime-rl's ``sanitize`` (``prime_rl.utils.utils``) of one value: a
-    non-finite float is dropped (its path noted), dicts and lists walked."""
-    if isinstance(value, float) and not math.isfinite(value):
-        dropped.append(path)
-        return _DROPPED
-    if isinstance(value, dict):
-        kept = {}
-        for key, item in value.items():
-            inner = _sanitized(item, f"{path}.{key}", dropped)
-            if inner is not _DROPPED:
-                kept[key] = inner
-        return kept
-    if isinstance(value, list):
-        items = (_sanitized(item, f"{path}[{index}]", dropped) for index, item in enumerate(value))
-        return [item for item in items if item is not _DROPPED]
-    return value
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        pass
-    else:
-        return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return _BAD
-    return number if math.isfinite(number) else _BAD
-
-
-def _record_of(episode: Any) -> dict[str, Any]:
-    """The episode's record as the spool would read it back (plain JSON)."""
-    to_record = getattr(episode, "to_record", None)
-    record = to_record() if callable(to_record) else episode
-    if not isinstance(record, Mapping):
-        raise ConfigError(f"a {type(episode).__name__} is not a verifiers Episode")
-    plain = json.loads(json.dumps(record, default=str))
-    if not isinstance(plain, dict):
-        raise ConfigError("the episode's record is not a JSON object")
-    return plain

@@ -14,7 +14,13 @@ from typing import Any
 from .episode import Number, rollout_key, summary_trace_index, trainable, weighted_reward
 from .facts import NO_FACTS, EpisodeFacts, episode_facts
 
-__all__ = ["EpisodeDigest", "SummaryAccumulator", "TraceScores", "digest_episode"]
+__all__ = [
+    "EpisodeDigest",
+    "SummaryAccumulator",
+    "TraceScores",
+    "digest_episode",
+    "rollout_key_text",
+]
 
 
 def _sum_is_compensated() -> bool:
@@ -106,8 +112,8 @@ def digest_episode(record: Mapping[str, Any]) -> EpisodeDigest:
     metrics or task are not in the verifiers shape (not numbers, not objects)."""
     try:
         traces = record.get("traces") or ()
-        scores = tuple(TraceScores.of(trace) for trace in traces)
-        key = json.dumps(rollout_key(record), sort_keys=True, default=str)
+        scores = tuple([TraceScores.of(trace) for trace in traces])
+        key = rollout_key_text(rollout_key(record))
         index = summary_trace_index(record) if scores else -1
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(
@@ -121,6 +127,18 @@ def digest_episode(record: Mapping[str, Any]) -> EpisodeDigest:
         summary.values if summary is not None else (),
     )
     return EpisodeDigest(bool(record.get("ok", False)), bool(traces), key, scores, facts)
+
+
+def rollout_key_text(key: Any) -> str:
+    """``key`` as the spool keeps it: its JSON with sorted keys (anything
+    JSON has no form for as its ``str``). An integer or ``None``, as nearly
+    every record has, is spelt directly: exactly what ``json.dumps`` writes
+    for them, without the encoder it builds on every call."""
+    if type(key) is int:
+        return int.__repr__(key)
+    if key is None:
+        return "null"
+    return json.dumps(key, sort_keys=True, default=str)
 
 
 class _ScoredTotals:

@@ -1,0 +1,85 @@
+"""The two threads a prime-rl run keeps beside the event loop: one that
+turns rollouts into spans in order, one that commits the run's spans after
+each step. prime-rl's dispatch runs on its loop, and neither a full span
+queue nor a commit to the spool may hold that loop up.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+__all__ = ["Committer", "Recorder"]
+
+logger = logging.getLogger(__name__)
+
+
+class Recorder:
+    """Hands each rollout (and writes each sample table) on a thread of its
+    own, in order, so the event loop (prime-rl's dispatch) never waits for
+    the run's producer thread.
+
+    A step's rollouts can arrive faster than the run turns them into spans
+    (a step's worth at once, when a batch completes), and ``Run.record_episode``
+    then waits for room: on the loop, that would stall dispatch for as long.
+    Here the loop only appends to a queue, which holds up to ``CAPACITY``
+    rollouts (prime-rl holds them in its batch anyway) before it too waits.
+    """
+
+    CAPACITY = 8192
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Callable[[], None]] = queue.Queue(self.CAPACITY)
+        self._thread = threading.Thread(
+            target=self._loop, name="prime-runs-otel-prime-rl-record", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, work: Callable[[], None]) -> None:
+        self._queue.put(work)
+
+    def drain(self) -> None:
+        """Everything put so far is done."""
+        self._queue.join()
+
+    def _loop(self) -> None:
+        while True:
+            work = self._queue.get()
+            try:
+                work()  # its own failures are its item's counted rejection
+            except Exception as exc:
+                logger.warning("prime-rl run: %s", exc)
+            finally:
+                self._queue.task_done()
+
+
+class Committer:
+    """Commits the run's spans (to the spool, or to the collector) on a
+    thread of its own after each step's metrics, so a SIGKILL loses at most
+    the step in flight, as prime-rl's requests in flight, instead of what
+    the span batch held (seconds of steps). Requests coalesce: one commit
+    covers every step logged before it starts, rollouts handed over first."""
+
+    def __init__(self, recorder: Recorder, commit: Callable[[], object]) -> None:
+        self._recorder = recorder
+        self._commit = commit
+        self._wanted = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name="prime-runs-otel-prime-rl-commit", daemon=True
+        )
+        self._thread.start()
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            try:
+                self._recorder.drain()
+                self._commit()
+            except Exception as exc:  # the next request tries again
+                logger.debug("prime-rl run: committing its spans failed: %s", exc)
