@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, Span, SpanContext, Status, StatusCode, Tracer
 
 from .. import semconv as sc
 from .._encoded_here import encoded_here
@@ -68,17 +68,8 @@ def record_episode(
     context, and the episode's reward, scores and model calls as metrics.
     """
     record = _as_record(episode)
-    try:
-        data, plain = encode_record(record)
-    except (TypeError, ValueError) as exc:
-        raise RecordError(
-            f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
-            "holds only str/int/float/bool/None/list/dict values"
-        ) from exc
-    if capture_content is None:
-        capture = capture_content_mode() if child_spans else NO_CAPTURE
-    else:
-        capture = (True, False) if capture_content else NO_CAPTURE
+    data, plain = _encoded(record)
+    capture = _capture_mode(capture_content, child_spans)
     traces: list[Any] = record["traces"]
     trace_windows = [recorded_window(as_mapping(item)) for item in traces]
     window = episode_window(trace_windows)
@@ -102,17 +93,7 @@ def record_episode(
                 trace = as_mapping(item)
                 trace_span = fill_window(trace_window, window)
                 emit_agent_span(tracer, here, trace, trace_span, capture, signals.events)
-        if summary_attributes:
-            attributes, error = _episode_attributes(record, traces)
-            if child_spans:
-                _put_backend_view(attributes, record, traces, capture[0])
-            span.set_attributes(attributes)
-            if error is not None:
-                span.set_status(Status(StatusCode.ERROR, error))
-        else:
-            # Again, after whatever other processors added at the span's start:
-            # an attribute count limit evicts the oldest first.
-            span.set_attribute(sc.EPISODE_ID, record["id"])
+        _put_summary(span, record, traces, capture, child_spans, summary_attributes)
         if here is not None and signalled:
             _emit_signals(signals, record, traces, here, window[1])
         chunks = set_blob(span, tracer, sc.EPISODE_RECORD, data.decode("utf-8"), data)
@@ -122,6 +103,49 @@ def record_episode(
         span.end(end_time=window[1])
     episode_id: str = record["id"]
     return episode_id
+
+
+def _encoded(record: dict[str, Any]) -> tuple[bytes, bool]:
+    """The record's JSON, and whether orjson wrote it (which vouches for every
+    scalar in it); a record that cannot be written is the caller's error."""
+    try:
+        return encode_record(record)
+    except (TypeError, ValueError) as exc:
+        raise RecordError(
+            f"episode {record['id']!r} is not JSON-serialisable ({exc}); a record "
+            "holds only str/int/float/bool/None/list/dict values"
+        ) from exc
+
+
+def _capture_mode(capture_content: bool | None, child_spans: bool) -> tuple[bool, bool]:
+    """What the model-call spans capture: the argument when given, else the
+    environment's setting, and nothing without child spans to carry it."""
+    if capture_content is None:
+        return capture_content_mode() if child_spans else NO_CAPTURE
+    return (True, False) if capture_content else NO_CAPTURE
+
+
+def _put_summary(
+    span: Span,
+    record: dict[str, Any],
+    traces: list[Any],
+    capture: tuple[bool, bool],
+    child_spans: bool,
+    summary_attributes: bool,
+) -> None:
+    """The episode span's summary (reward, ok, tokens, errors, its status), or
+    its id alone when the summary is not wanted."""
+    if summary_attributes:
+        attributes, error = _episode_attributes(record, traces)
+        if child_spans:
+            _put_backend_view(attributes, record, traces, capture[0])
+        span.set_attributes(attributes)
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+    else:
+        # Again, after whatever other processors added at the span's start:
+        # an attribute count limit evicts the oldest first.
+        span.set_attribute(sc.EPISODE_ID, record["id"])
 
 
 def prepare_episode(episode: Any) -> tuple[str, Any]:
