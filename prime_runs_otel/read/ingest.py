@@ -138,17 +138,7 @@ def group_by_run(
             grouped.unreadable - _NAMED_PER_CALL,
         )
     if trees is not None:
-        for tree in trees.release(flush=flush):
-            try:
-                _file_synthesized(batches, grouped, tree)
-            except Exception as exc:  # a tree is outside input too
-                grouped.unreadable += 1
-                logger.warning(
-                    "Episode %s could not be filed and was let go: %s: %s",
-                    shown(tree.root.episode_id),
-                    type(exc).__name__,
-                    shown(exc),
-                )
+        _file_released(trees, flush, batches, grouped)
         _report_buffer(before, trees.stats)
     if grouped.unattributed:
         logger.error(
@@ -159,6 +149,22 @@ def group_by_run(
         )
     grouped.batches = list(batches.by_run.values())
     return grouped
+
+
+def _file_released(trees: SpanTreeBuffer, flush: bool, batches: _Batches, grouped: Grouped) -> None:
+    """File the episodes synthesised from the trees the buffer lets go of; a
+    tree is outside input too, so one that breaks costs itself only."""
+    for tree in trees.release(flush=flush):
+        try:
+            _file_synthesized(batches, grouped, tree)
+        except Exception as exc:
+            grouped.unreadable += 1
+            logger.warning(
+                "Episode %s could not be filed and was let go: %s: %s",
+                shown(tree.root.episode_id),
+                type(exc).__name__,
+                shown(exc),
+            )
 
 
 def _group_one(
