@@ -474,3 +474,36 @@ def test_several_callers_at_a_full_handoff_all_get_through_in_their_own_order() 
     assert len(handled) == 2000
     for number in range(4):
         assert [index for caller, index in handled if caller == number] == list(range(500))
+
+
+def test_an_idle_handoff_waits_without_spinning() -> None:
+    """An empty queue's consumer sleeps until an item comes (or a poll
+    interval passes), not in a loop of waits of no time: such a loop kept a
+    core busy for as long as a run recorded nothing, on every run. Counted
+    as the consumer's wake-ups over a second, which a loaded machine does
+    not change (a spinning consumer makes thousands)."""
+    handled: list[int] = []
+    handoff: Handoff[int] = Handoff(handled.append, lambda item, exc: None)
+    try:
+        handoff.put(1)
+        assert handoff.drain(10)
+        queue = handoff._queue
+        waits = 0
+        ready = queue._item_ready
+
+        class CountingWakeup:
+            def post(self) -> None:
+                ready.post()
+
+            def wait(self, timeout: float) -> bool:
+                nonlocal waits
+                waits += 1
+                return ready.wait(timeout)
+
+        queue._item_ready = CountingWakeup()  # type: ignore[assignment]
+        time.sleep(1.0)
+        assert waits < 50, f"the idle consumer woke {waits} times in a second"
+        handoff.put(2)
+        assert handoff.drain(10) and handled == [1, 2]
+    finally:
+        handoff.close(10)

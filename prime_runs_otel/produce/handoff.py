@@ -118,7 +118,9 @@ class _Bounded:
             except IndexError:
                 self._busy = False
                 self._idle.post()
-                self._item_ready.wait(-1)
+                # A bounded wait, read again after it: a wait of no time at
+                # all would spin a core for as long as the queue is empty.
+                self._item_ready.wait(POLL)
                 continue
             if len(items) == self.low:
                 self._low_passes += 1
