@@ -119,6 +119,16 @@ class Fleet:
             print(f"--- {member.log_path.name} (last {len(lines)} lines)", *lines, sep="\n")
 
 
+@pytest.fixture
+def fleet(tmp_path: Path, kafka: Cluster) -> Iterator[Fleet]:
+    with FakePlatform() as platform:
+        members = Fleet(tmp_path, kafka, platform)
+        try:
+            yield members
+        finally:
+            members.stop_all()
+
+
 def run_bodies(records: Sequence[dict[str, Any]], run_id: str, pieces: int) -> list[bytes]:
     """A run as ``pieces`` requests: the start with the first, the end (which
     counts every episode of the run) with the last."""

@@ -11,30 +11,17 @@ import random
 import shutil
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from kafka_fleet import Fleet, all_closed, assert_books, kafka, run_bodies, wait_for
+from kafka_fleet import Fleet, all_closed, assert_books, fleet, kafka, run_bodies, wait_for
 from test_receiver import episodes, post
 
-from prime_runs_otel.testing import FakePlatform
 from prime_runs_otel.testing.kafka_broker import Cluster
 
-__all__ = ["kafka"]  # the fixture
+__all__ = ["fleet", "kafka"]  # the fixtures
 
 #: The fleet tests share one broker per worker: they run on the same worker.
 pytestmark = pytest.mark.xdist_group("kafka")
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, kafka: Cluster) -> Iterator[Fleet]:
-    with FakePlatform() as platform:
-        members = Fleet(tmp_path, kafka, platform)
-        try:
-            yield members
-        finally:
-            members.stop_all()
 
 
 def test_runs_survive_members_killed_mid_run_exactly_once(fleet: Fleet) -> None:

@@ -10,32 +10,19 @@ import random
 import signal
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from kafka_fleet import Fleet, all_closed, assert_books, kafka, run_bodies, wait_for
+from kafka_fleet import Fleet, all_closed, assert_books, fleet, kafka, run_bodies, wait_for
 from test_receiver import ServeProcess, episodes, post
 
-from prime_runs_otel.testing import FakePlatform
 from prime_runs_otel.testing.kafka_broker import Cluster
 
-__all__ = ["kafka"]  # the fixture
+__all__ = ["fleet", "kafka"]  # the fixtures
 
 #: The fleet tests share one broker per worker: they run on the same worker.
 pytestmark = pytest.mark.xdist_group("kafka")
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, kafka: Cluster) -> Iterator[Fleet]:
-    with FakePlatform() as platform:
-        members = Fleet(tmp_path, kafka, platform)
-        try:
-            yield members
-        finally:
-            members.stop_all()
 
 
 def _spool_rows(member: ServeProcess, sql: str) -> list[Any]:
