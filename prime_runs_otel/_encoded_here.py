@@ -34,7 +34,8 @@ __all__ = ["EncodedHere", "encoded_here"]
 
 #: Spans remembered at most: above the SDK's default export queue (2048).
 MAX_ENTRIES = 4096
-#: Bytes of records remembered at most; past it a record is not remembered.
+#: Bytes of records remembered at most: the oldest are forgotten to make room,
+#: and a record larger than all of it is not remembered.
 MAX_BYTES = 32 * 1024 * 1024
 
 
@@ -58,14 +59,19 @@ class EncodedHere:
         written by orjson within the nesting limit."""
         if not self.enabled:
             return
+        if len(data) > self._max_bytes:
+            return
         with self._lock:
-            if self._bytes + len(data) > self._max_bytes:
-                return
             entries = self._entries
             old = entries.pop(span_id, None)
             if old is not None:
                 self._bytes -= len(old[1])
-            while len(entries) >= self._max_entries:
+            # The oldest go first, by count and by bytes alike: entries whose
+            # spans never reach the exporter age out instead of filling the
+            # budget for good.
+            while entries and (
+                len(entries) >= self._max_entries or self._bytes + len(data) > self._max_bytes
+            ):
                 oldest = entries.pop(next(iter(entries)))
                 self._bytes -= len(oldest[1])
             entries[span_id] = (chunks, data)

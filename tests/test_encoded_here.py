@@ -110,3 +110,8 @@ def test_nothing_is_noted_before_an_exporter_is_built_and_never_without_bound() 
     assert registry.take(4, chunks) is None
     assert registry.take(3, chunks) == data and registry.take(2, list(chunks)) == data
     assert len(registry) == 0
+    # Past the bytes, the oldest make room, as past the count: records whose
+    # spans never reach the exporter cannot keep newer ones out for good.
+    registry.note(5, chunks, b"abcdef")
+    registry.note(6, chunks, b"ghijkl")
+    assert registry.take(5, chunks) is None and registry.take(6, chunks) == b"ghijkl"
