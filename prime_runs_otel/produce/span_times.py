@@ -8,7 +8,7 @@ the recording moment standing in for what was not.
 
 from __future__ import annotations
 
-import math
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +20,10 @@ __all__ = ["Window", "episode_window", "epoch_ns", "fill_window", "recorded_wind
 
 Window = tuple[int, int]
 _TIMING_STAGES = ("boot", "setup", "agent", "finalize", "scoring")
+#: Seconds past which nanoseconds overflow a float: out of range, as infinity
+#: and NaN are (the comparison is False for both), never an OverflowError
+#: on the producer thread.
+_LAST_SECOND = sys.float_info.max / 1_000_000_000
 
 
 def recorded_window(trace: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -36,16 +40,15 @@ def recorded_window(trace: Mapping[str, Any]) -> tuple[int | None, int | None]:
     calls = trace.get("calls")
     if isinstance(calls, list):
         spans.extend(as_mapping(call).get("time") for call in calls)
-    isfinite = math.isfinite
     for span in spans:
         if type(span) is not dict and not isinstance(span, Mapping):
             continue
         start, end = span.get("start"), span.get("end")
-        if type(start) is float and start > 0 and isfinite(start):
+        if type(start) is float and 0 < start < _LAST_SECOND:
             start = int(start * 1_000_000_000)
         elif start is not None:
             start = epoch_ns(start)
-        if type(end) is float and end > 0 and isfinite(end):
+        if type(end) is float and 0 < end < _LAST_SECOND:
             end = int(end * 1_000_000_000)
         elif end is not None:
             end = epoch_ns(end)
@@ -79,4 +82,4 @@ def epoch_ns(seconds: Any) -> int | None:
         not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
     ):
         return None
-    return int(seconds * 1_000_000_000) if seconds > 0 and math.isfinite(seconds) else None
+    return int(seconds * 1_000_000_000) if 0 < seconds < _LAST_SECOND else None
