@@ -15,6 +15,7 @@ from ..backoff import Backoff
 from ..platform.http import PlatformError
 from ..spool import Spool, SpoolDelivery
 from ..spool.core import SpoolCore
+from ..spool.rows import chunks, placeholders
 from .owner import NotOwned, RunOwner
 
 
@@ -66,10 +67,10 @@ class FleetDelivery(SpoolDelivery):
         wanted = list(episode_ids)
         count = 0
         with self._transaction() as db:
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                where = f"run_id = ? AND state = 'pending' AND episode_id IN ({marks})"
+            for chunk in chunks(wanted):
+                where = (
+                    f"run_id = ? AND state = 'pending' AND episode_id IN ({placeholders(chunk)})"
+                )
                 count += db.execute(
                     f"UPDATE episodes SET state = 'uncertain' WHERE {where}", (run_id, *chunk)
                 ).rowcount
@@ -98,11 +99,10 @@ class FleetDelivery(SpoolDelivery):
 
     def _episode_ids(self, seqs: Sequence[int]) -> list[str]:
         by_seq: dict[int, str] = {}
-        for start in range(0, len(seqs), 500):
-            chunk = list(seqs[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk in chunks(seqs):
             rows = self._query(
-                f"SELECT seq, episode_id FROM episodes WHERE seq IN ({marks})", tuple(chunk)
+                f"SELECT seq, episode_id FROM episodes WHERE seq IN ({placeholders(chunk)})",
+                tuple(chunk),
             )
             by_seq.update({seq: episode_id for seq, episode_id in rows})
         return [by_seq[seq] for seq in seqs if seq in by_seq]

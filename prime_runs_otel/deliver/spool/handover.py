@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from .episodes import EpisodeRow
 from .part import SpoolPart
+from .rows import chunks, placeholders
 
 #: Episode states that still expect delivery work.
 UNDELIVERED = ("pending", "uploading", "sending")
@@ -32,9 +33,8 @@ class SpoolHandover(SpoolPart):
         """``episode_ids`` the spool holds, with their state."""
         wanted = list(dict.fromkeys(episode_ids))
         found: dict[str, str] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk in chunks(wanted):
+            marks = placeholders(chunk)
             rows = self._query(
                 f"SELECT episode_id, state FROM episodes WHERE run_id = ? "
                 f"AND episode_id IN ({marks})",
@@ -68,9 +68,8 @@ class SpoolHandover(SpoolPart):
         """The pending episodes among ``episode_ids``, in that order: an
         upload formed again exactly as another member formed it."""
         by_id: dict[str, EpisodeRow] = {}
-        for start in range(0, len(episode_ids), 500):
-            chunk = list(episode_ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk in chunks(episode_ids):
+            marks = placeholders(chunk)
             rows = self._query(
                 f"SELECT e.seq, episode_id, rollout_number, has_traces, r.body, step "
                 f"FROM episodes e JOIN records r ON r.seq = e.seq WHERE run_id = ? "

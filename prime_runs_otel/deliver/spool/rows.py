@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from typing import Any
 
 #: Rows per multi-row statement: well inside SQLite's 32,766 bound variables.
@@ -21,8 +21,15 @@ ROWS_PER_INSERT = 256
 
 
 def chunks(items: Sequence[Any], size: int = ROWS_PER_STATEMENT) -> Iterator[Sequence[Any]]:
+    """``items`` a statement's worth at a time: a list of any length bound
+    as ``IN (...)`` stays within SQLite's bound-variable limit."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def placeholders(chunk: Sized) -> str:
+    """``?, ?, ...``: one bound variable per item of ``chunk``, for ``IN (...)``."""
+    return ", ".join("?" * len(chunk))
 
 
 def aggregate(
@@ -41,7 +48,7 @@ def aggregate(
     statement however many rows it covers."""
     extra = f" AND {where}" if where else ""
     for chunk in chunks(values):
-        marks = ", ".join("?" * len(chunk))
+        marks = placeholders(chunk)
         (text,) = db.execute(
             f"SELECT {expression} FROM {table} WHERE run_id = ? AND {column} IN ({marks}){extra}",
             (run_id, *chunk),
@@ -90,5 +97,5 @@ def for_seqs(
     that way, 0.011 with ``seq IN (...)``, and the uploader does it for every
     episode. A row's triggers and indexes cost the same either way."""
     for chunk in chunks(seqs):
-        marks = ", ".join("?" * len(chunk))
+        marks = placeholders(chunk)
         db.execute(statement.format(seqs=marks), (*params, *chunk))

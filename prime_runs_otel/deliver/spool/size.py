@@ -46,7 +46,7 @@ from pathlib import Path
 from ..._text import human_bytes, shown
 from .core import SpoolFullError
 from .part import SpoolPart
-from .rows import chunks
+from .rows import chunks, placeholders
 
 logger = logging.getLogger(__name__)
 
@@ -313,8 +313,7 @@ def drop_kept_bodies_in(db: sqlite3.Connection, wanted: int) -> tuple[int, int]:
             if freed >= wanted:
                 break
         for chunk in chunks(taken):
-            marks = ", ".join("?" * len(chunk))
-            db.execute(f"DELETE FROM records WHERE seq IN ({marks})", list(chunk))
+            db.execute(f"DELETE FROM records WHERE seq IN ({placeholders(chunk)})", list(chunk))
         dropped += len(taken)
     return dropped, freed
 
