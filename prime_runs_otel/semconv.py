@@ -63,6 +63,9 @@ RUN_MODEL: Final = "prime.run.model"
 #: String array of environment hub names or ``owner/name`` slugs.
 RUN_ENVIRONMENTS: Final = "prime.run.environments"
 RUN_FRAMEWORK: Final = "prime.run.framework"
+#: The framework value of a run reported by the ``prime_rl`` instrumentation:
+#: its run is closed with the request prime-rl's own monitor sends.
+FRAMEWORK_PRIME_RL: Final = "prime-rl"
 #: String array.
 RUN_TAGS: Final = "prime.run.tags"
 RUN_DESCRIPTION: Final = "prime.run.description"

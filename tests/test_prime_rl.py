@@ -136,8 +136,8 @@ def _records(platform: FakePlatform, run: Any) -> dict[str, Any]:
     """Every record of ``run`` that prime-rl's PrimeMonitor sends, as the
     platform holds it: the create request, each metrics post in arrival
     order, each confirmed Parquet object (its step, schema, rows; the run's
-    own id in its ``run_id`` column written as ``<run id>``), the final
-    status."""
+    own id in its ``run_id`` column written as ``<run id>``), each
+    ``/finalize`` body (the id written the same way), the final status."""
     samples = []
     for stored in sorted(platform.training_samples(run.id), key=lambda stored: stored.step):
         table = pq.read_table(io.BytesIO(stored.data))
@@ -158,6 +158,10 @@ def _records(platform: FakePlatform, run: Any) -> dict[str, Any]:
         "create": run.create_payload,
         "metrics": platform.metrics_posts(run.id),
         "samples": samples,
+        "finalize": [
+            {**body, "run_id": "<run id>"} if body.get("run_id") == run.id else body
+            for body in run.finalize_bodies
+        ],
         "status": run.status,
         "error_message": run.error_message,
     }

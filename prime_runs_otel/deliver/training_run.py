@@ -21,6 +21,7 @@ from typing import Any
 
 from .._json import clean_metric_values
 from ..errors import ConfigError
+from ..semconv import FRAMEWORK_PRIME_RL
 from .backoff import Backoff
 from .clients import PlatformClients
 from .lifecycle import StragglerWait, close_run, fail_create, mark_created, reload
@@ -241,14 +242,18 @@ class TrainingLifecycle:
         def close_as(status: str, error: str | None) -> None:
             rft.set_status(platform_id, status, error)
 
+        as_prime_rl = run.identity.framework == FRAMEWORK_PRIME_RL
         close_run(
-            self._spool, run, finalize=lambda: self._finalize(rft, platform_id), close_as=close_as
+            self._spool,
+            run,
+            finalize=lambda: self._finalize(rft, platform_id, as_prime_rl),
+            close_as=close_as,
         )
 
     @staticmethod
-    def _finalize(rft: RftAPI, platform_id: str) -> None:
+    def _finalize(rft: RftAPI, platform_id: str, as_prime_rl: bool) -> None:
         try:
-            rft.finalize(platform_id)
+            rft.finalize(platform_id, as_prime_rl=as_prime_rl)
         except PlatformError as exc:
             if exc.retryable:
                 raise

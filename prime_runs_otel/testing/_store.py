@@ -42,6 +42,8 @@ class FakeRun:
     team_id: str | None = None
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     finalize_calls: int = 0
+    #: Each ``/finalize`` body as it came, for callers compared request by request.
+    finalize_bodies: list[JSONObject] = field(default_factory=list)
     status_updates: list[JSONObject] = field(default_factory=list)
 
     @property

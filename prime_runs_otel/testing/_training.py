@@ -130,6 +130,7 @@ class TrainingRuns:
         with self._store.lock:
             run = self._training_run(required_str(body, "run_id"))
             run.finalize_calls += 1
+            run.finalize_bodies.append(copy.deepcopy(body))
             if not run.closed:
                 run.status = "COMPLETED" if exit_code == 0 else "FAILED"
             return json_response(200, {"run_id": run.id, "status": run.status.lower()})

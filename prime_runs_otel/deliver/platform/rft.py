@@ -215,12 +215,19 @@ class RftAPI:
         status = (run if isinstance(run, dict) else answer).get("status")
         return str(status).lower() if status else None
 
-    def finalize(self, run_id: str) -> None:
+    def finalize(self, run_id: str, *, as_prime_rl: bool = False) -> None:
         """``POST /rft/finalize``: a clean exit. Compare-and-set on the server,
         so a replay is harmless, and a run that is already closed (409) counts
-        as finalized."""
+        as finalized.
+
+        The documented body is ``{run_id, exit_code: 0}``; prime-rl's own
+        monitor posts ``{run_id, summary: {}}``, and a run that stands in for
+        that monitor (``as_prime_rl``) posts the same, so the platform sees
+        the request it would see without this package."""
+        ending: dict[str, object] = {"summary": {}} if as_prime_rl else {"exit_code": 0}
+        body = {"run_id": run_id, **ending}
         try:
-            self._request("POST", "/rft/finalize", body={"run_id": run_id, "exit_code": 0})
+            self._request("POST", "/rft/finalize", body=body)
         except PlatformError as exc:
             if exc.status != 409:
                 raise

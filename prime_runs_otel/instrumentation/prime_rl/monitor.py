@@ -35,6 +35,7 @@ from typing import Any
 from ...config import env_flag, resolve_settings
 from ...errors import ConfigError
 from ...read.projection import STEP_TABLE_INTERVAL, step_table_parquet
+from ...semconv import FRAMEWORK_PRIME_RL
 from ..delivery import IN_PROCESS, Delivery, Exported, InProcess, exporter_names, load_exporter
 from .exit import ExitWatch
 from .rows import metrics_row, record_of, step_of
@@ -395,4 +396,10 @@ def _trainer_fields(config: Any) -> dict[str, Any]:
         model = str(config.model.name)
     except Exception:
         model = "unknown"
-    return {"kind": "train", "run_id": run_id, "attach": attach, "model": model}
+    return {
+        "kind": "train",
+        "framework": FRAMEWORK_PRIME_RL,
+        "run_id": run_id,
+        "attach": attach,
+        "model": model,
+    }

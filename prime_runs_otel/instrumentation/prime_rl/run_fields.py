@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ...semconv import FRAMEWORK_PRIME_RL
+
 __all__ = [
     "API_BASE_ENV",
     "ATTACH_ENV",
@@ -56,6 +58,7 @@ def run_fields(name: str | None, config: Any) -> dict[str, Any]:
     reads them (its ``base_model`` is ``unknown`` without a config)."""
     fields: dict[str, Any] = {
         "kind": "train",
+        "framework": FRAMEWORK_PRIME_RL,
         "name": name or None,
         "attach": os.environ.get(ATTACH_ENV) or None,
         "run_id": shared_run_id(),
