@@ -33,10 +33,10 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 #: Modules whose tests take the longest, longest first, so that parallel
 #: workers do not end the run on one of them while the others sit idle: the
-#: prime-rl stand-in's tests (one worker runs all of them, its xdist_group,
-#: one after the other: the longest chain of the suite), the real vf-eval
-#: run several times, a Kafka fleet, prime-runs' SDK beside ours, the docs'
-#: commands, Ctrl-C into real processes, a fuzzed serve process.
+#: prime-rl stand-in's tests (each with its own platform, spool and output
+#: folder, so spread over the workers), the real vf-eval run several times,
+#: a Kafka fleet, prime-runs' SDK beside ours, the docs' commands, Ctrl-C
+#: into real processes, a fuzzed serve process.
 SLOWEST_FIRST = (
     "test_prime_rl.py",
     "test_vf_eval.py",
