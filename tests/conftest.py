@@ -46,6 +46,24 @@ SLOWEST_FIRST = (
     "test_interrupt_soak.py",
     "test_fuzz_serve.py",
 )
+#: Single tests that took the longest in a full run (tens of seconds to
+#: minutes each under four workers on two cores), longest first: they go
+#: before their modules' other tests, so that none of them starts last and
+#: keeps one worker busy after the rest are done.
+SLOWEST_TESTS = (
+    "test_serve_survives_hostile_input",
+    "test_a_resumed_eval_lands_as_with_push",
+    "test_the_trainer_adds_its_metrics_to_the_run_when_asked",
+    "test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout",
+    "test_the_prime_rl_quickstart_runs_as_written",
+    "test_an_interrupted_eval_ends_as_with_push_or_better",
+    "test_a_multi_turn_eval_with_a_judge_lands_as_with_push",
+    "test_behind_a_collector_serve_leaves_what_prime_rl_leaves",
+    "test_sigkill_leaves_prime_rl_s_run_running_and_ours_closed_as_crashed",
+    "test_ctrl_c_cancels_the_run",
+    "test_an_exception_fails_the_run_with_its_reason",
+    "test_ctrl_c_at_random_moments_leaves_every_run_ended_and_every_episode_counted",
+)
 #: Modules that run the collector distribution, which `make test` builds in
 #: the background meanwhile: last, to give the build the most time. Their
 #: first test in a worker may wait for the build (or, without `make test`,
@@ -69,10 +87,13 @@ LONG_RUNNING_TIMEOUT = 1200
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        name = getattr(item, "originalname", item.name)
+        if name in SLOWEST_TESTS:
+            return 0, SLOWEST_TESTS.index(name)
         if item.path.name in SLOWEST_FIRST:
-            return SLOWEST_FIRST.index(item.path.name)
-        return len(SLOWEST_FIRST) + (1 if item.path.name in COLLECTOR_LAST else 0)
+            return 1, SLOWEST_FIRST.index(item.path.name)
+        return 2, 1 if item.path.name in COLLECTOR_LAST else 0
 
     items.sort(key=rank)
     for item in items:
