@@ -84,8 +84,18 @@ LONG_RUNNING = (
     "test_kafka_fleet.py",
 )
 LONG_RUNNING_TIMEOUT = 1200
+#: The fixtures that import verifiers into the test process (9 CPU-s each
+#: time: thousands of pydantic models of the SDKs it imports). A worker pays
+#: it once, on the first test that asks; spread over every worker, the tests
+#: that ask would have each of them pay it. On one worker (their own
+#: xdist_group) it is paid once a run; they are in-process tests of seconds.
+IMPORTS_VERIFIERS = frozenset(
+    {"wire_episode", "load_wire_episode", "round_trip", "verifiers_episode", "chat"}
+)
+VERIFIERS_GROUP = "verifiers-in-process"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> tuple[int, int]:
         name = getattr(item, "originalname", item.name)
@@ -97,6 +107,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     items.sort(key=rank)
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & IMPORTS_VERIFIERS and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(VERIFIERS_GROUP))
         if item.path.name in COLLECTOR_LAST:
             item.add_marker(pytest.mark.timeout(COLLECTOR_TIMEOUT))
         elif item.path.name in LONG_RUNNING and item.get_closest_marker("timeout") is None:
