@@ -88,10 +88,15 @@ if [ -z "$version" ]; then
     echo "$manifest has no dist.version: it names the builder release to use." >&2
     exit 1
 fi
+# Compiled without optimizations and linked without symbols: the builder
+# only writes the distribution's sources and runs `go`, so its speed does
+# not matter, and on a fresh machine this takes about a quarter less CPU
+# (59 against 81 CPU-s measured). Its output is the same either way.
 tools="$cache/builder-v$version"
 if [ ! -x "$tools/builder" ]; then
     echo "Installing the OpenTelemetry Collector Builder v$version ..." >&2
-    GOBIN="$tools" go install -trimpath "go.opentelemetry.io/collector/cmd/builder@v$version" >&2
+    GOBIN="$tools" go install -trimpath -gcflags="all=-N -l" -ldflags="-s -w" \
+        "go.opentelemetry.io/collector/cmd/builder@v$version" >&2
 fi
 
 # Built in a fresh folder and moved into place whole, so an interrupted or

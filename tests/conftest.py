@@ -33,10 +33,10 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 #: Modules whose tests take the longest, longest first, so that parallel
 #: workers do not end the run on one of them while the others sit idle: the
-#: prime-rl stand-in's tests (one worker runs all of them, its xdist_group,
-#: one after the other: the longest chain of the suite), the real vf-eval
-#: run several times, a Kafka fleet, prime-runs' SDK beside ours, the docs'
-#: commands, Ctrl-C into real processes, a fuzzed serve process.
+#: prime-rl stand-in's tests (each with its own platform, spool and output
+#: folder, so spread over the workers), the real vf-eval run several times,
+#: a Kafka fleet, prime-runs' SDK beside ours, the docs' commands, Ctrl-C
+#: into real processes, a fuzzed serve process.
 SLOWEST_FIRST = (
     "test_prime_rl.py",
     "test_vf_eval.py",
@@ -45,6 +45,24 @@ SLOWEST_FIRST = (
     "test_docs_commands.py",
     "test_interrupt_soak.py",
     "test_fuzz_serve.py",
+)
+#: Single tests that took the longest in a full run (tens of seconds to
+#: minutes each under four workers on two cores), longest first: they go
+#: before their modules' other tests, so that none of them starts last and
+#: keeps one worker busy after the rest are done.
+SLOWEST_TESTS = (
+    "test_serve_survives_hostile_input",
+    "test_a_resumed_eval_lands_as_with_push",
+    "test_the_trainer_adds_its_metrics_to_the_run_when_asked",
+    "test_a_clean_run_leaves_what_prime_rl_leaves_and_every_rollout",
+    "test_the_prime_rl_quickstart_runs_as_written",
+    "test_an_interrupted_eval_ends_as_with_push_or_better",
+    "test_a_multi_turn_eval_with_a_judge_lands_as_with_push",
+    "test_behind_a_collector_serve_leaves_what_prime_rl_leaves",
+    "test_sigkill_leaves_prime_rl_s_run_running_and_ours_closed_as_crashed",
+    "test_ctrl_c_cancels_the_run",
+    "test_an_exception_fails_the_run_with_its_reason",
+    "test_ctrl_c_at_random_moments_leaves_every_run_ended_and_every_episode_counted",
 )
 #: Modules that run the collector distribution, which `make test` builds in
 #: the background meanwhile: last, to give the build the most time. Their
@@ -66,16 +84,32 @@ LONG_RUNNING = (
     "test_kafka_fleet.py",
 )
 LONG_RUNNING_TIMEOUT = 1200
+#: The fixtures that import verifiers into the test process (9 CPU-s each
+#: time: thousands of pydantic models of the SDKs it imports). A worker pays
+#: it once, on the first test that asks; spread over every worker, the tests
+#: that ask would have each of them pay it. On one worker (their own
+#: xdist_group) it is paid once a run; they are in-process tests of seconds.
+IMPORTS_VERIFIERS = frozenset(
+    {"wire_episode", "load_wire_episode", "round_trip", "verifiers_episode", "chat"}
+)
+VERIFIERS_GROUP = "verifiers-in-process"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        name = getattr(item, "originalname", item.name)
+        if name in SLOWEST_TESTS:
+            return 0, SLOWEST_TESTS.index(name)
         if item.path.name in SLOWEST_FIRST:
-            return SLOWEST_FIRST.index(item.path.name)
-        return len(SLOWEST_FIRST) + (1 if item.path.name in COLLECTOR_LAST else 0)
+            return 1, SLOWEST_FIRST.index(item.path.name)
+        return 2, 1 if item.path.name in COLLECTOR_LAST else 0
 
     items.sort(key=rank)
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & IMPORTS_VERIFIERS and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(VERIFIERS_GROUP))
         if item.path.name in COLLECTOR_LAST:
             item.add_marker(pytest.mark.timeout(COLLECTOR_TIMEOUT))
         elif item.path.name in LONG_RUNNING and item.get_closest_marker("timeout") is None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,8 +31,6 @@ STANDIN = Path(__file__).resolve().parent / "prime_rl_standin"
 ORCHESTRATE = str(STANDIN / "orchestrate.py")
 TRAIN = str(STANDIN / "train.py")
 BIN = Path(sys.executable).parent
-
-pytestmark = pytest.mark.xdist_group("prime-rl")
 
 #: A bound on each process a test starts, not an expected duration: a
 #: 12-step run takes seconds alone, minutes on two cores shared with a full
