@@ -215,11 +215,13 @@ class PlatformReporting:
             self._committer.request()
 
     async def log_episodes(self, episodes: list[Any], step: int, kind: str, subset: str) -> None:
-        self._live()
-        if not self.owner or self._rollouts is None:
+        rollouts = self._rollouts
+        if subset == "all" and self.owner and rollouts is not None:
+            # Every rollout passes here, on prime-rl's loop: the shortest way in.
+            rollouts.add(episodes, step)
             return
-        if subset == "all":
-            self._rollouts.add(episodes, step)
+        self._live()
+        if not self.owner or rollouts is None or subset == "all":
             return
         self._hand_over()
         if kind == "train" and episodes and step % STEP_TABLE_INTERVAL == 0:

@@ -116,7 +116,8 @@ class Rollouts:
     def add(self, episodes: Iterable[Any], step: int) -> None:
         """On the event loop: ``episodes`` of ``step``, in their order."""
         pending = self._pending
-        pending.extend((episode, step) for episode in episodes)
+        for episode in episodes:  # one at a time, as prime-rl logs them: no generator
+            pending.append((episode, step))
         if len(pending) >= self.BATCH:
             self.hand_over()
         elif pending and self._timer is None:
@@ -134,4 +135,7 @@ class Rollouts:
 
     def _record_all(self, batch: list[tuple[Any, int]]) -> None:
         for episode, step in batch:
-            self._record(episode, step)  # its own failures are its rollout's rejection
+            try:
+                self._record(episode, step)  # its own failures are its rollout's rejection
+            except Exception as exc:  # one rollout's, never the rest of its batch's
+                logger.warning("prime-rl run: %s", exc)
