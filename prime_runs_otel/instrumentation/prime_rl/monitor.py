@@ -23,7 +23,6 @@ kind of item.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import math
@@ -40,7 +39,7 @@ from ..delivery import IN_PROCESS, Delivery, Exported, InProcess, exporter_names
 from .exit import ExitWatch
 from .rows import metrics_row, record_of, step_of
 from .run_fields import ATTACH_ENV, api_base_url, run_config, run_fields, shared_run_id
-from .workers import Committer, Recorder
+from .workers import Committer, Recorder, Rollouts
 
 __all__ = [
     "TRAINER_ENV",
@@ -170,6 +169,7 @@ class PlatformReporting:
         self._exit: ExitWatch | None = None
         self._committer: Committer | None = None
         self._recorder: Recorder | None = None
+        self._rollouts: Rollouts | None = None
 
     # -- prime-rl's Monitor ---------------------------------------------------------
 
@@ -183,6 +183,7 @@ class PlatformReporting:
             metadata = {}
         self.delivery = _open(fields, metadata, owner=self.owner)
         self._recorder = Recorder()
+        self._rollouts = Rollouts(self._recorder, self._record)
         self._committer = Committer(self._recorder, _commit_of(self.delivery))
         self._exit = ExitWatch(self._end_at_exit)
         where = self.delivery.platform_id or self.delivery.local_id
@@ -210,17 +211,20 @@ class PlatformReporting:
             delivery.metrics(row, step_of(step, row), verbatim=True)
         except Exception as exc:
             self._reject("metrics row", f"the step {step} metrics row was refused: {exc}")
+        self._hand_over()
         if self._committer is not None:
             self._committer.request()
 
     async def log_episodes(self, episodes: list[Any], step: int, kind: str, subset: str) -> None:
+        rollouts = self._rollouts
+        if subset == "all" and self.owner and rollouts is not None:
+            # Every rollout passes here, on prime-rl's loop: the shortest way in.
+            rollouts.add(episodes, step)
+            return
         self._live()
-        if not self.owner or self._recorder is None:
+        if not self.owner or rollouts is None or subset == "all":
             return
-        if subset == "all":
-            for episode in episodes:
-                self._recorder.put(functools.partial(self._record, episode, step))
-            return
+        self._hand_over()
         if kind == "train" and episodes and step % STEP_TABLE_INTERVAL == 0:
             self._send_table(list(episodes), step)
 
@@ -235,6 +239,7 @@ class PlatformReporting:
         """A clean exit: what is still being written lands first, then the run
         completes (the trainer's flushes what it gave and leaves the run)."""
         delivery = self._live()
+        self._hand_over()
         if self._recorder is not None:
             await asyncio.to_thread(self._recorder.drain)
         if self._exit is not None:
@@ -286,6 +291,7 @@ class PlatformReporting:
         delivery = self.delivery
         if delivery is None:
             return
+        self._hand_over()
         if self._recorder is not None:
             self._recorder.drain()
         if not self.owner:
@@ -312,6 +318,11 @@ class PlatformReporting:
                 )
         except Exception as exc:
             logger.warning("prime-rl trainer: delivering its metrics failed: %s", exc)
+
+    def _hand_over(self) -> None:
+        """The rollouts gathered so far go to the recorder, ahead of what follows."""
+        if self._rollouts is not None:
+            self._rollouts.hand_over()
 
     def _live(self) -> Delivery:
         if self.delivery is None:

@@ -1,17 +1,21 @@
 """The two threads a prime-rl run keeps beside the event loop: one that
 turns rollouts into spans in order, one that commits the run's spans after
-each step. prime-rl's dispatch runs on its loop, and neither a full span
-queue nor a commit to the spool may hold that loop up.
+each step, and the batches the loop hands rollouts to the first in.
+prime-rl's dispatch runs on its loop, and neither a full span queue nor a
+commit to the spool may hold that loop up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-__all__ = ["Committer", "Recorder"]
+__all__ = ["Committer", "Recorder", "Rollouts"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,3 +87,55 @@ class Committer:
                 self._commit()
             except Exception as exc:  # the next request tries again
                 logger.debug("prime-rl run: committing its spans failed: %s", exc)
+
+
+class Rollouts:
+    """Rollouts gathered on the event loop and handed to the :class:`Recorder`
+    in batches: up to ``BATCH`` at once, and none kept longer than ``WITHIN``
+    seconds (a timer on the loop), or past the step's next other call
+    (:meth:`hand_over`: its sample table, its metrics, the run's end).
+
+    Handing each rollout over alone cost the loop a queue put and, the
+    recorder being idle again by the next one, a thread wake-up (a futex
+    call) per rollout: about 7 us of the loop's CPU per rollout against the
+    1.9 us of prime-rl's own fan-out, 2 ms per step of 256 rollouts. A
+    batch costs the loop one append per rollout and one wake-up per batch.
+    Nothing is later than it was where it counts: the step's commit (the
+    ``Committer``) follows its metrics, which hand the batch over first.
+    """
+
+    BATCH = 64
+    WITHIN = 0.5
+
+    def __init__(self, recorder: Recorder, record: Callable[[Any, int], None]) -> None:
+        self._recorder = recorder
+        self._record = record
+        self._pending: list[tuple[Any, int]] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, episodes: Iterable[Any], step: int) -> None:
+        """On the event loop: ``episodes`` of ``step``, in their order."""
+        pending = self._pending
+        for episode in episodes:  # one at a time, as prime-rl logs them: no generator
+            pending.append((episode, step))
+        if len(pending) >= self.BATCH:
+            self.hand_over()
+        elif pending and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.WITHIN, self._on_timer)
+
+    def hand_over(self) -> None:
+        """What is gathered goes to the recorder now, ahead of what follows."""
+        batch, self._pending = self._pending, []
+        if batch:
+            self._recorder.put(functools.partial(self._record_all, batch))
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.hand_over()
+
+    def _record_all(self, batch: list[tuple[Any, int]]) -> None:
+        for episode, step in batch:
+            try:
+                self._record(episode, step)  # its own failures are its rollout's rejection
+            except Exception as exc:  # one rollout's, never the rest of its batch's
+                logger.warning("prime-rl run: %s", exc)
