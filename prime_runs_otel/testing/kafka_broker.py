@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,6 +118,8 @@ class Node:
     controller_port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+    #: JVM options after the defaults (a bench's variant of the broker).
+    java_options: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
@@ -150,8 +152,12 @@ class Cluster:
             stop_node(node)
 
 
-def _properties(node: Node, voters: str, replicas: int) -> str:
+def _properties(
+    node: Node, voters: str, replicas: int, extra: Mapping[str, str] | None = None
+) -> str:
     insync = 2 if replicas >= 3 else 1
+    # The last of a repeated key wins in a Java properties file.
+    overrides = [f"{key}={value}" for key, value in (extra or {}).items()]
     return "\n".join(
         [
             "process.roles=broker,controller",
@@ -180,18 +186,34 @@ def _properties(node: Node, voters: str, replicas: int) -> str:
             "num.network.threads=2",
             "num.io.threads=4",
             "log.segment.bytes=67108864",
+            *overrides,
             "",
         ]
     )
 
 
-def start(directory: Path | None = None, count: int = 1) -> Cluster:
-    """Format and start ``count`` nodes; returns once every one answers."""
+def start(
+    directory: Path | None = None,
+    count: int = 1,
+    *,
+    java_options: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+) -> Cluster:
+    """Format and start ``count`` nodes; returns once every one answers.
+
+    ``java_options`` and ``properties`` come after the defaults (the later
+    wins): the bench compares variants of the broker with them."""
     libs = fetch() / "libs"
     root = Path(directory or tempfile.mkdtemp(prefix="kafka-broker."))
     root.mkdir(parents=True, exist_ok=True)
     nodes = [
-        Node(index + 1, free_port(), free_port(), root / f"node-{index + 1}")
+        Node(
+            index + 1,
+            free_port(),
+            free_port(),
+            root / f"node-{index + 1}",
+            java_options=tuple(java_options),
+        )
         for index in range(count)
     ]
     voters = ",".join(f"{node.node_id}@127.0.0.1:{node.controller_port}" for node in nodes)
@@ -201,7 +223,7 @@ def start(directory: Path | None = None, count: int = 1) -> Cluster:
     for node in nodes:
         node.directory.mkdir(parents=True, exist_ok=True)
         config = node.directory / "server.properties"
-        config.write_text(_properties(node, voters, replicas=min(count, 3)))
+        config.write_text(_properties(node, voters, min(count, 3), properties))
         _java(libs, ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)])
     try:
         for node in nodes:
@@ -234,7 +256,11 @@ def _launch(node: Node, libs: Path) -> None:
     ``broker.log`` and its pid written down for ``make kafka-stop``."""
     with (node.directory / "broker.log").open("ab") as log:
         node.process = subprocess.Popen(
-            [*_java_command(libs), "kafka.Kafka", str(node.directory / "server.properties")],
+            [
+                *_java_command(libs, node.java_options),
+                "kafka.Kafka",
+                str(node.directory / "server.properties"),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -243,7 +269,7 @@ def _launch(node: Node, libs: Path) -> None:
     node.pid_file.write_text(str(node.process.pid))
 
 
-def _java_command(libs: Path) -> list[str]:
+def _java_command(libs: Path, options: Sequence[str] = ()) -> list[str]:
     return [
         "java",
         HEAP,
@@ -252,6 +278,7 @@ def _java_command(libs: Path) -> list[str]:
         "-Djava.awt.headless=true",
         # slf4j-simple: warnings and worse only, to the log file.
         "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        *options,
         "-cp",
         f"{libs}/*",
     ]
