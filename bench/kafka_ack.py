@@ -43,6 +43,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str], dict[str, Any]]] = {
     "fixed-heap": (["-Xms256m", "-Xmx256m", "-XX:+AlwaysPreTouch"], {}, {}),
     "threads-1-2": ([], {"num.network.threads": "1", "num.io.threads": "2"}, {}),
     "g1-10ms": (["-XX:-UseSerialGC", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=10"], {}, {}),
+    "young-big": (["-Xms320m", "-Xmx320m", "-Xmn224m"], {}, {}),
     "parallel": (["-XX:-UseSerialGC", "-XX:+UseParallelGC", "-XX:ParallelGCThreads=2"], {}, {}),
     "uncompressed": ([], {}, {"compression.type": "none"}),
     "linger-0": ([], {}, {"linger.ms": 0}),
@@ -137,6 +138,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--per-request", type=int, default=10)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
+    parser.add_argument("--keep-gc-logs", help="copy each broker's GC log into this folder")
     args = parser.parse_args()
     names = args.variant or ["default", "nagle-off"]
     root = Path(tempfile.mkdtemp(prefix="bench-kafka-ack."))
@@ -162,6 +164,8 @@ def main() -> int:
                 )
         for name in names:
             print(f"{name:<12} broker: {gc_pauses(root / name / 'gc.log')}")
+            if args.keep_gc_logs:
+                shutil.copy(root / name / "gc.log", Path(args.keep_gc_logs) / f"{name}.gc.log")
     finally:
         for cluster in clusters.values():
             cluster.stop()
