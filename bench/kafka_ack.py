@@ -44,6 +44,12 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str], dict[str, Any]]] = {
     "threads-1-2": ([], {"num.network.threads": "1", "num.io.threads": "2"}, {}),
     "g1-10ms": (["-XX:-UseSerialGC", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=10"], {}, {}),
     "young-big": (["-Xms320m", "-Xmx320m", "-Xmn224m"], {}, {}),
+    "cleaner-16m": ([], {"log.cleaner.dedupe.buffer.size": "16777216"}, {}),
+    "tuned": (
+        ["-Xms256m", "-Xmx256m", "-Xmn160m", "-XX:MetaspaceSize=96m"],
+        {"log.cleaner.dedupe.buffer.size": "16777216"},
+        {},
+    ),
     "parallel": (["-XX:-UseSerialGC", "-XX:+UseParallelGC", "-XX:ParallelGCThreads=2"], {}, {}),
     "uncompressed": ([], {}, {"compression.type": "none"}),
     "linger-0": ([], {}, {"linger.ms": 0}),
@@ -77,6 +83,8 @@ def send(bootstrap: str, producer: dict[str, Any], rate: int, seconds: float, pe
     settings = KafkaSettings(bootstrap, prefix="probe")
     client = Producer({**settings.ingest_producer(), **producer})
     took: list[float] = []
+    #: (latency, when it was sent, from the round's start): do the slow ones cluster?
+    slow: list[tuple[float, float]] = []
     stopping = threading.Event()
 
     def serve_reports() -> None:
@@ -84,7 +92,11 @@ def send(bootstrap: str, producer: dict[str, Any], rate: int, seconds: float, pe
             client.poll(0.05)
 
     def report(sent: float) -> Any:
-        return lambda error, _message: took.append(time.monotonic() - sent)
+        def done(_error: Any, _message: Any) -> None:
+            took.append(time.monotonic() - sent)
+            slow.append((took[-1], sent - began))
+
+        return done
 
     server = threading.Thread(target=serve_reports, daemon=True)
     server.start()
@@ -103,6 +115,10 @@ def send(bootstrap: str, producer: dict[str, Any], rate: int, seconds: float, pe
     client.flush(30)
     stopping.set()
     took.sort()
+    worst = sorted(slow, reverse=True)[:12]
+    print(
+        " ".join(f"{late * 1000:.0f}ms@{at:.2f}s" for late, at in sorted(worst, key=lambda w: w[1]))
+    )
     print(f"{statistics.median(took) * 1000:.2f} {took[int(len(took) * 0.99) - 1] * 1000:.2f}")
 
 
@@ -123,6 +139,8 @@ def one_round(
         str(args.per_request),
     ]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    if args.worst:
+        print(f"  slowest acks (latency@sent): {out.splitlines()[-2]}", flush=True)
     p50, p99 = (float(value) for value in out.split()[-2:])
     return p50, p99, clock_ticks(broker.pid) - cpu
 
@@ -138,6 +156,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--per-request", type=int, default=10)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
+    parser.add_argument("--worst", action="store_true", help="print each round's slowest acks")
     parser.add_argument("--keep-gc-logs", help="copy each broker's GC log into this folder")
     args = parser.parse_args()
     names = args.variant or ["default", "nagle-off"]
