@@ -41,13 +41,16 @@ from prime_runs_otel.testing.kafka_broker import Cluster, start  # noqa: E402
 #: the defaults of ``make kafka``'s broker and of the ingest producer.
 VARIANTS: dict[str, tuple[list[str], dict[str, str], dict[str, Any]]] = {
     "default": ([], {}, {}),
-    # The broker as it was before its heap was fixed: a 64 MB start growing
-    # to 384 MB, the young generation a third of it, the cleaner's 128 MB.
+    # The broker as it was before: the log cleaner's 128 MB buffer on the
+    # heap, the metaspace grown by full collections.
     "before": (
-        ["-Xms64m", "-Xmx384m", "-XX:NewSize=21m", "-XX:MaxNewSize=128m"],
+        ["-XX:MetaspaceSize=21m"],
         {"log.cleaner.dedupe.buffer.size": "134217728"},
         {},
     ),
+    # A fixed heap with a large young generation: fewer, longer stops.
+    "big-young": (["-Xms256m", "-Xmx256m", "-Xmn160m"], {}, {}),
+    "tenure-1": (["-Xms256m", "-Xmx256m", "-Xmn160m", "-XX:MaxTenuringThreshold=1"], {}, {}),
     "nagle-off": ([], {}, {"socket.nagle.disable": True}),
     "uncompressed": ([], {}, {"compression.type": "none"}),
     "linger-0": ([], {}, {"linger.ms": 0}),

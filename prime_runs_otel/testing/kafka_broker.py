@@ -39,17 +39,15 @@ from pathlib import Path
 KAFKA_VERSION = "4.1.1"
 #: A clone's kafka/pom.xml: this module runs from a clone (make, tests).
 POM = Path(__file__).resolve().parents[2] / "kafka" / "pom.xml"
-#: Memory of one node's JVM. A test broker's live heap is ~30 MB (with the
-#: log cleaner's buffer cut, below); what costs is how often the serial
-#: collector stops the broker, and every stop holds every acknowledgement in
-#: flight. With a 64 MB start that grew to 190 MB (17 MB of young generation)
-#: it stopped ~every 4 s under 1,000 episodes/s and the ack's p99 was ~90 ms;
-#: a fixed heap with a 160 MB young generation stops about once a minute (3
-#: pauses in a 4-minute bench instead of 21), p99 ~50 ms on the same loaded
-#: machine (bench/kafka_ack.py). The metaspace starts large enough that
-#: loading the broker's classes costs no full collection ("Metadata GC
-#: Threshold", 2-3 of 130-300 ms at each start).
-HEAP = ("-Xms256m", "-Xmx256m", "-Xmn160m", "-XX:MetaspaceSize=96m")
+#: Memory of one node's JVM: a test broker holds little (~30 MB live once
+#: the log cleaner's buffer is cut, below), and the machine is shared. The
+#: metaspace starts large enough for the broker's classes: loading them cost
+#: 2-3 full collections ("Metadata GC Threshold") of 50-300 ms at each start.
+#: The heap stays small on purpose: a large young generation (-Xmn160m)
+#: stopped the broker 8x less often but for 40-400 ms each time (the
+#: survivors of a large eden to copy), and the acknowledgement's p99 was no
+#: better than with short stops every few seconds (bench/kafka_ack.py).
+HEAP = ("-Xmx384m", "-Xms64m", "-XX:MetaspaceSize=96m")
 #: How long a node may take to answer once started (a loaded machine's JVM).
 READY_TIMEOUT = 120.0
 
