@@ -44,12 +44,14 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str], dict[str, Any]]] = {
     # The broker as it was before: the log cleaner's 128 MB buffer on the
     # heap, the metaspace grown by full collections.
     "before": (
-        ["-XX:MetaspaceSize=21m"],
+        ["-Xms64m", "-Xmx384m", "-XX:MetaspaceSize=21m"],
         {"log.cleaner.dedupe.buffer.size": "134217728"},
         {},
     ),
     # A fixed heap with a large young generation: fewer, longer stops.
     "big-young": (["-Xms256m", "-Xmx256m", "-Xmn160m"], {}, {}),
+    # The heap growing from 64 MB (Serial grows it through full collections).
+    "growing": (["-Xms64m", "-Xmx384m"], {}, {}),
     "tenure-1": (["-Xms256m", "-Xmx256m", "-Xmn160m", "-XX:MaxTenuringThreshold=1"], {}, {}),
     "nagle-off": ([], {}, {"socket.nagle.disable": True}),
     "uncompressed": ([], {}, {"compression.type": "none"}),
