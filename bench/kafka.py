@@ -25,10 +25,14 @@ the member measured it (``/metrics``, ``kafka_request_stage_seconds``): decode
 handed to the producer), broker ack (until the last acknowledgement was
 served), wake (until the request's thread ran again) and answer (until the
 answer was written). ``--latency-rounds N`` measures only that, N paced runs
-on one member, each with the load average beside it.
+on one member, each with the load average beside it. ``--latency-ab N``
+compares two members in N interleaved rounds: B runs the code of another
+tree (``--ab-tree``, e.g. ``git archive`` of a base) and/or with other
+producer settings (``--ab-config KEY=VALUE``).
 
     python bench/kafka.py [--episodes 3000] [--rate 1000] [--seconds 10] [--stages]
     python bench/kafka.py --latency-rounds 3 --stages
+    python bench/kafka.py --latency-ab 4 --ab-config socket.nagle.disable=true
 """
 
 from __future__ import annotations
@@ -150,6 +154,57 @@ def latency_rounds(rounds: int, rate: int, seconds: float, with_stages: bool) ->
         shutil.rmtree(root, ignore_errors=True)
 
 
+def member_of(fleet: Fleet, name: str, env: dict[str, str], extra: list[str]) -> ServeProcess:
+    """A member as ``Fleet.add`` starts it, with environment and arguments
+    of a variant (``PYTHONPATH`` of another tree, ``--kafka-config``)."""
+    from kafka_fleet import member_env
+
+    root = fleet.root / name
+    args = ["--kafka", fleet.cluster.bootstrap, "--kafka-topic-prefix", fleet.prefix]
+    args += ["--kafka-partitions", str(fleet.partitions), "--straggler-wait", "5", "--no-grpc"]
+    member = ServeProcess(root, {**member_env(root, fleet.platform), **env}, *args, *extra)
+    member.ready_timeout = 120.0
+    member.start()
+    fleet.members.append(member)
+    return delivering(member)
+
+
+def latency_ab(args: argparse.Namespace) -> None:
+    """Member A (this tree) and member B (``--ab-tree``'s code and/or
+    ``--ab-config`` settings), each a fleet of its own on one broker, paced
+    in turns, A first in odd rounds and B first in even ones."""
+    root = Path(tempfile.mkdtemp(prefix="bench-kafka-ab."))
+    cluster = start(root / "kafka")
+    b_env = {"PYTHONPATH": str(Path(args.ab_tree).resolve())} if args.ab_tree else {}
+    b_args = [item for pair in args.ab_config for item in ("--kafka-config", pair)]
+    try:
+        with FakePlatform() as platform:
+            members = {
+                "A": member_of(Fleet(root / "a", cluster, platform), "a", {}, []),
+                "B": member_of(Fleet(root / "b", cluster, platform), "b", b_env, b_args),
+            }
+            for index in range(args.latency_ab):
+                for name in ("A", "B") if index % 2 == 0 else ("B", "A"):
+                    load = os.getloadavg()[0]
+                    p50, p99 = latency(members[name], args.rate, args.seconds, f"{name}{index}")
+                    found = stages(members[name])
+                    inside = " ".join(
+                        f"{stage} {found.get((stage, '0.5'), 0):.0f}/"
+                        f"{found.get((stage, '0.99'), 0):.0f}"
+                        for stage in ("decode", "produce", "broker_ack", "wake", "answer")
+                    )
+                    print(
+                        f"round {index + 1} {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+                        f"(load average {load:.2f}, 2 cores); p50/p99 ms {inside}",
+                        flush=True,
+                    )
+            for member in members.values():
+                member.stop(signal.SIGKILL)
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def paced(url: str, rate: int, seconds: float, tag: str) -> tuple[float, float]:
     per = 10
     records = episodes(int(rate * seconds), seed=77)
@@ -228,7 +283,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--stages", action="store_true", help="split the member's latency")
     parser.add_argument("--latency-rounds", type=int, default=0, help="only the latency, N runs")
+    parser.add_argument("--latency-ab", type=int, default=0, help="A/B of two members, N rounds")
+    parser.add_argument("--ab-tree", help="member B runs the package of this source tree")
+    parser.add_argument("--ab-config", action="append", default=[], help="member B: KEY=VALUE")
     args = parser.parse_args()
+    if args.latency_ab:
+        latency_ab(args)
+        return 0
     if args.latency_rounds:
         latency_rounds(args.latency_rounds, args.rate, args.seconds, args.stages)
         return 0
