@@ -185,6 +185,11 @@ class Handoff(Generic[T]):
     """A bounded queue drained in order by one daemon thread that calls
     ``handle(item)``; ``on_error(item, exc)`` when that raises.
 
+    ``between()``, when given, is the thread's own work besides the items
+    (a run's producer exports its span batches there): called after each
+    item, and before each wait while the queue is empty, it returns the
+    longest that wait may be. What it raises is logged; the thread goes on.
+
     :attr:`handled` and :attr:`failed` count, on the thread, the items
     ``handle`` returned from and those it raised on: what really happened to
     them, whatever the callers of :meth:`put` counted."""
