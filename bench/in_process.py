@@ -3,12 +3,14 @@
 Each side runs in its own fresh subprocess (so CPU time and peak RSS are its
 own) against one fake platform on loopback, interleaved over several rounds:
 
-- otel:  start_run → record_episode → BatchSpanProcessor → exporter → spool →
-         uploader → platform, then finish()
+- otel:  start_run → record_episode → the run's producer thread (spans, and
+         their batches to the exporter) → spool → uploader → platform, then
+         finish()
 - sdk:   prime_runs.init → log_episodes → finish (the direct path)
 
 Printed: a table per side, the ratio otel/sdk of every figure, the machine,
-and one closing line per figure: ``name value unit``.
+and one closing line per figure: ``name value unit``. CPU figures are the
+rounds' mean, and also their minimum and median (``..._min``, ``..._median``).
 
     python bench/in_process.py [--episodes 2000] [--rounds 3] [--size 8000] [--rate 0]
 
@@ -258,7 +260,23 @@ def summarize(fake: Any, samples: list[dict[str, Any]], episodes: int) -> dict[s
         "peak_rss_mb": max(s["maxrss_kb"] for s in samples) / 1024,
         "latency_p50_ms": 1000 * percentile(lat, 0.5),
         "latency_p99_ms": 1000 * percentile(lat, 0.99),
+        **_spread(samples, episodes),
     }
+
+
+#: Per-round CPU figures also read as minimum and median over the rounds:
+#: on a shared machine the mean carries whatever load one round met.
+SPREAD = ("cpu", "caller_cpu", "build_cpu", "exporter_cpu", "uploader_cpu")
+
+
+def _spread(samples: list[dict[str, Any]], episodes: int) -> dict[str, float]:
+    """``<figure>_ms_per_episode_min`` and ``_median`` of the rounds' CPU figures."""
+    figures: dict[str, float] = {}
+    for name in SPREAD:
+        per_round = [1000 * sample[name] / episodes for sample in samples]
+        figures[f"{name}_ms_per_episode_min"] = min(per_round)
+        figures[f"{name}_ms_per_episode_median"] = statistics.median(per_round)
+    return figures
 
 
 UNITS = {

@@ -1,6 +1,8 @@
-"""The batch span processor a run's spans go through: the SDK's
-BatchSpanProcessor, with ``OTEL_BSP_*`` read as the specification reads them,
-what waits in its queue counted, and a ``force_flush`` that keeps its timeout.
+"""``OTEL_BSP_*`` read as the specification reads them (:func:`bsp_settings`,
+which the run's own span batches use too, see ``produce/run_batches.py``), and
+the batch span processor of spans that go to other exporters (a run reported
+through OTLP to a collector): the SDK's BatchSpanProcessor, with what waits in
+its queue counted, and a ``force_flush`` that keeps its timeout.
 
 Why a subclass and not the SDK's class as it is: the SDK drops the oldest
 span when its queue is full (one log line, and a dropped episode span is a

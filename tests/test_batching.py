@@ -1,7 +1,8 @@
-"""The run's batch span processor (``prime_runs_otel.batching``): what waits in
-its queue is counted through public calls only, the producer waits for room
-instead of losing episodes to a full queue, and ``force_flush(timeout)``
-returns within its timeout while an export cannot finish.
+"""The run's span batches (``prime_runs_otel.produce.run_batches``, exported by
+the run's producer thread with ``OTEL_BSP_*``'s settings): an export that
+cannot finish holds the producer, and so the caller, instead of losing
+episodes to a full queue, and ``force_flush(timeout)`` returns within its
+timeout while an export cannot finish.
 
 An export that cannot finish is made real: another connection holds the
 spool's write lock (as a second process writing to the same spool would),
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import prime_runs_otel as pro
-from prime_runs_otel.batching import CountedBatchProcessor
+from prime_runs_otel.produce.run_batches import ProducerBatches
 from prime_runs_otel.produce.synthetic import synthetic_episode
 
 WAIT = 120.0
@@ -55,32 +56,36 @@ def write_lock_held(spool: Path, longest: float) -> Iterator[threading.Event]:
         holder.join(timeout=WAIT)
 
 
-def _queue(run: pro.Run) -> CountedBatchProcessor:
-    assert isinstance(run._queue, CountedBatchProcessor)
+def _queue(run: pro.Run) -> ProducerBatches:
+    assert isinstance(run._queue, ProducerBatches)
     return run._queue
 
 
 def test_the_producer_waits_for_room_and_no_episode_is_lost(
     monkeypatch: pytest.MonkeyPatch, isolated_environment: Path
 ) -> None:
-    """A queue of 40 spans and an exporter that cannot commit: the count
-    climbs to the high-water mark and stops there (the producer waits), and
-    once the commit goes through every episode is stored. The SDK's own
-    processor would have dropped all but the 40 newest spans."""
+    """Batches of 8 and an exporter that cannot commit: the producer thread,
+    which exports them, waits in the export with no more than a batch
+    taken; the hand-off fills up and the caller waits for room. Once the
+    commit goes through every episode is stored. The SDK's own processor
+    would have dropped all but the newest spans of its queue."""
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "40")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8")
     run = pro.start_run(name="backpressure", environments=["env-a"], child_spans=False)
     run.commit()  # the run-start span is in: the spool exists
     queue = _queue(run)
     episodes = 200
+    handed = run._handoff._queue
     with write_lock_held(run.settings.spool_path, longest=WAIT) as release:
         recorder = threading.Thread(
             target=lambda: [run.record_episode(synthetic_episode(i)) for i in range(episodes)]
         )
         recorder.start()
-        _wait_for(lambda: queue.queued >= 30, "the queue to reach its high-water mark")
-        time.sleep(0.5)  # the producer would overflow the queue now, if it did not wait
-        assert queue.queued <= 40
+        _wait_for(lambda: len(handed._items) >= handed.capacity, "the hand-off to fill up")
+        time.sleep(0.5)  # the caller would overrun the hand-off now, if it did not wait
+        assert recorder.is_alive()
+        assert len(handed._items) <= handed.capacity
+        assert queue.queued <= 8
         release.set()
     recorder.join(timeout=WAIT)
     result = run.finish(timeout=60)

@@ -507,3 +507,37 @@ def test_an_idle_handoff_waits_without_spinning() -> None:
         assert handoff.drain(10) and handled == [1, 2]
     finally:
         handoff.close(10)
+
+
+def test_between_runs_on_the_thread_after_items_and_while_idle_and_survives_raising() -> None:
+    """A run's producer exports its span batches in ``between``: it runs on
+    the hand-off's own thread, after every item and while the queue is empty
+    (for as long as it says), and what it raises stops nothing."""
+    handled: list[int] = []
+    calls: list[tuple[str, int]] = []
+    idle_calls = threading.Event()
+
+    def between() -> float:
+        calls.append((threading.current_thread().name, len(handled)))
+        # Once after the last item, then at least twice more while idle.
+        if sum(1 for _, seen in calls if seen == 3) >= 3:
+            idle_calls.set()
+        if len(calls) % 2:
+            raise RuntimeError("between failed")
+        return 0.01
+
+    handoff: Handoff[int] = Handoff(
+        handled.append, lambda item, exc: None, name="with-between", between=between
+    )
+    try:
+        for item in range(3):
+            handoff.put(item)
+        assert handoff.drain(10) and handled == [0, 1, 2]
+        assert idle_calls.wait(10), "between was not called while the queue was empty"
+        assert {name for name, _ in calls} == {"with-between"}
+        # After each item: a call that saw it handled.
+        assert {1, 2, 3} <= {seen for _, seen in calls}
+        handoff.put(3)
+        assert handoff.drain(10) and handled == [0, 1, 2, 3]
+    finally:
+        handoff.close(10)

@@ -108,8 +108,10 @@ class _Bounded:
         # Interrupted before this, the item waits for the next put or join.
         self._item_ready.post()
 
-    def get(self) -> Any:
-        """On the consumer thread: the next item, waiting for one."""
+    def get(self, between: Callable[[], float] = lambda: POLL) -> Any:
+        """On the consumer thread: the next item, waiting for one; while the
+        queue is empty, ``between()`` is called before each wait and says
+        how long that wait may be."""
         items = self._items
         while True:
             self._busy = True  # before the take, so join never sees neither
@@ -120,7 +122,7 @@ class _Bounded:
                 self._idle.post()
                 # A bounded wait, read again after it: a wait of no time at
                 # all would spin a core for as long as the queue is empty.
-                self._item_ready.wait(POLL)
+                self._item_ready.wait(between())
                 continue
             if len(items) == self.low:
                 self._low_passes += 1
@@ -183,6 +185,11 @@ class Handoff(Generic[T]):
     """A bounded queue drained in order by one daemon thread that calls
     ``handle(item)``; ``on_error(item, exc)`` when that raises.
 
+    ``between()``, when given, is the thread's own work besides the items
+    (a run's producer exports its span batches there): called after each
+    item, and before each wait while the queue is empty, it returns the
+    longest that wait may be. What it raises is logged; the thread goes on.
+
     :attr:`handled` and :attr:`failed` count, on the thread, the items
     ``handle`` returned from and those it raised on: what really happened to
     them, whatever the callers of :meth:`put` counted."""
@@ -194,11 +201,13 @@ class Handoff(Generic[T]):
         *,
         capacity: int = DEFAULT_CAPACITY,
         name: str = "prime-runs-otel-producer",
+        between: Callable[[], float] | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be 1 or more, not {capacity}")
         self._handle = handle
         self._on_error = on_error
+        self._between = between or _no_work_between
         self._capacity = capacity
         self._name = name
         self.handled = 0
@@ -258,8 +267,9 @@ class Handoff(Generic[T]):
         return left
 
     def _run(self, items: _Bounded) -> None:
+        between = self._guarded_between
         while True:
-            item = items.get()
+            item = items.get(between)
             try:
                 if item is _STOP:
                     return
@@ -270,14 +280,27 @@ class Handoff(Generic[T]):
                     self._report(item, exc)
                 else:
                     self.handled += 1
+                between()
             finally:
                 items.task_done()
+
+    def _guarded_between(self) -> float:
+        """``between()``, which must not end the thread either."""
+        try:
+            return self._between()
+        except BaseException:
+            logger.exception("prime-runs-otel: the producer thread's work between episodes failed")
+            return POLL
 
     def _report(self, item: T, exc: BaseException) -> None:
         try:
             self._on_error(item, exc)
         except Exception:  # a failing report must not stop the queue
             logger.exception("prime-runs-otel: reporting a failed hand-off item failed")
+
+
+def _no_work_between() -> float:
+    return POLL
 
 
 def _after_fork_in_child() -> None:

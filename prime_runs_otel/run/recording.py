@@ -19,10 +19,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanContext
 
-from ..batching import CountedBatchProcessor
 from ..exporter import PrimeRunsSpanExporter
 from ..produce.episode import prepare_episode, record_episode
 from ..produce.handoff import Handoff
+from ..produce.run_batches import ProducerBatches
 from ..produce.run_spans import emit_metrics
 from ..produce.signals import NO_SIGNALS, Signals
 from ..tracing import TracingExporter
@@ -49,7 +49,7 @@ class Run(RunEnding):
         local_id: str,
         finish_timeout: float,
         capture_content: bool | None,
-        queue: CountedBatchProcessor | None = None,
+        queue: ProducerBatches | None = None,
         kind: str = "eval",
         owns_run: bool = True,
         child_spans: bool | None = None,
@@ -71,8 +71,12 @@ class Run(RunEnding):
         self._capture_content = capture_content
         self._recorded = 0
         self._unencodable = 0
+        # The producer thread exports the run's batches between episodes.
         self._handoff = Handoff[_Handed](
-            self._produce, self._unencodable_episode, name=f"prime-runs-otel-run-{local_id}"
+            self._produce,
+            self._unencodable_episode,
+            name=f"prime-runs-otel-run-{local_id}",
+            between=queue.tick if queue is not None else None,
         )
         self._lock = threading.Lock()
         self._finished = False
@@ -195,10 +199,9 @@ class Run(RunEnding):
         """On the producer thread: one episode's spans, in the order handed
         over, under the span that was current where it was recorded."""
         payload, _, child_spans, current = item
-        if self._queue is not None:
-            self._queue.wait_for_room()
-        # While an export() runs, let go of the GIL once per episode, or it
-        # waits a switch interval behind this thread on every SQLite call.
+        # While an export() runs on another thread (a flush), let go of the
+        # GIL once per episode, or it waits a switch interval behind this
+        # thread on every SQLite call.
         self._exporter.export_running.give_way()
         token = otel_context.attach(current)
         try:

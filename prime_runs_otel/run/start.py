@@ -1,5 +1,5 @@
 """``start_run()``: the options of one run resolved, and its pipeline wired
-(Resource, TracerProvider, batch processor, exporter, the providers beside
+(Resource, TracerProvider, span batches, exporter, the providers beside
 it), before the run-start span goes out."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from opentelemetry._logs import LoggerProvider
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 
-from ..batching import batch_processor
+from ..batching import bsp_settings
 from ..config import Settings, refuse_overrides, resolve_settings
 from ..errors import ConfigError
 from ..exporter import PrimeRunsSpanExporter
 from ..produce.resource import run_resource
+from ..produce.run_batches import ProducerBatches
 from ..produce.run_config import normalize_config
 from ..produce.run_spans import emit_run_start
 from ..read.projection import parquet_available
@@ -58,8 +59,8 @@ def start_run(
     meter_provider: MeterProvider | None = None,
     logger_provider: LoggerProvider | None = None,
 ) -> Run:
-    """Open a run: a Resource naming it, a TracerProvider with a
-    BatchSpanProcessor and :class:`PrimeRunsSpanExporter`, and the run-start
+    """Open a run: a Resource naming it, a TracerProvider whose batches
+    (``OTEL_BSP_*``) go to :class:`PrimeRunsSpanExporter`, and the run-start
     span carrying its config (sent once, as the run's platform metadata).
 
     ``config`` is a mapping of the settings somebody chose and/or the path of
@@ -185,14 +186,15 @@ def _wire(
     meter_provider: MeterProvider | None,
     logger_provider: LoggerProvider | None,
 ) -> Run:
-    """The run's pipeline: its TracerProvider, whose batch processor feeds
-    the run's exporter, and the MeterProvider and LoggerProvider beside it."""
+    """The run's pipeline: its TracerProvider, whose batches the run's
+    producer thread exports itself (:class:`ProducerBatches`), and the
+    MeterProvider and LoggerProvider beside it."""
     exporter = PrimeRunsSpanExporter(
         settings=settings, shutdown_timeout=0.0, ends_runs=owns_run, warn_about_sampler=False
     )
     child_spans = child_spans_setting(child_spans)
     provider = RunTracerProvider(resource=resource)
-    processor = batch_processor(exporter)
+    processor = ProducerBatches(exporter, bsp_settings())
     provider.add_span_processor(processor)
     local_id = str(resource.attributes["prime.run.id"])
     providers = RunProviders.open(
