@@ -103,7 +103,7 @@ def child(rate: int, duration: float, plain: bool) -> dict[str, Any]:
     counter = CountEpisodes()
     provider = run._provider
     provider.add_span_processor(counter)
-    processor = run._queue  # the run's CountedBatchProcessor: its queue depth is public
+    processor = run._queue  # the run's ProducerBatches: spans waiting for their batch (public)
     depths: list[int] = []
     sampling = threading.Event()
 
