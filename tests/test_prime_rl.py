@@ -400,6 +400,16 @@ def test_run_id_attaches_instead_of_creating(platform: FakePlatform, tmp_path: P
     assert ours.status == own.status == "COMPLETED"
 
 
+#: The create request's fields prime-rl reads from the orchestrator's config.
+_REGISTERED_FROM_CONFIG = (
+    "max_steps",
+    "batch_size",
+    "rollouts_per_example",
+    "seq_len",
+    "environments",
+)
+
+
 def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
     platform: FakePlatform, tmp_path: Path
 ) -> None:
@@ -422,6 +432,17 @@ def test_the_trainer_adds_its_metrics_to_the_run_when_asked(
     assert done.returncode == 0, done.stderr
     [run] = platform.runs()
     assert run.status == "COMPLETED"
+    # Registered with what the orchestrator says, as prime-rl registers it,
+    # although the trainer's spans opened the run with the little it knows.
+    config = run.create_payload["run_config"]
+    registered = {key: run.create_payload.get(key) for key in _REGISTERED_FROM_CONFIG}
+    assert registered == {
+        "max_steps": config["max_steps"],
+        "batch_size": config["batch_size"],
+        "rollouts_per_example": config["group_size"],
+        "seq_len": config["seq_len"],
+        "environments": [{"id": env["env_id"]} for env in config["train"]["source"]],
+    }
     posts = platform.metrics_posts(run.id)
     # The orchestrator's rows as prime-rl posts them; the trainer's, two dicts
     # a step, posts of their own beside them, never inside prime-rl's rows.

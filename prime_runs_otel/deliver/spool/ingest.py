@@ -156,7 +156,7 @@ class SpoolIngest(IngestCap):
                 if register_producer:
                     register_producer_row(db, local_id, owns_run=owns_runs, now=now)
                 if batch.start is not None:
-                    record_start(db, local_id, batch.start, claim=check_owner)
+                    record_start(db, batch.identity, batch.start, claim=check_owner)
                 added, refused = self._insert_episodes(
                     db, local_id, batch.episodes, run, room, lines
                 )

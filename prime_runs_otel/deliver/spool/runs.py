@@ -153,9 +153,25 @@ def ensure_run(
     return RunAtIngest(summary)
 
 
-def record_start(db: sqlite3.Connection, local_id: str, start: RunStart, *, claim: bool) -> None:
-    """The run's config, from its first start; and its owner, the producer of
-    its first owning start, when ``claim`` (``check_owner``)."""
+def record_start(
+    db: sqlite3.Connection, identity: RunIdentity, start: RunStart, *, claim: bool
+) -> None:
+    """The run's config, from its first start; its identity, from its owner's
+    start until it is registered; and its owner, the producer of its first
+    owning start, when ``claim`` (``check_owner``).
+
+    The run is opened by whichever spans arrive first, and a worker's name
+    only what a worker knows (a prime-rl trainer: its model and the launch's
+    run key, no steps or environments). The run must register with what its
+    owner says, as it would have alone, so the owner's identity replaces the
+    first one as long as nothing has been sent with it."""
+    local_id = identity.local_id
+    if start.owner:
+        db.execute(
+            "UPDATE runs SET identity = ?, name = ?, kind = ? "
+            "WHERE local_id = ? AND create_state = 'pending'",
+            (identity.to_json(), identity.name, identity.kind, local_id),
+        )
     db.execute(
         "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
         (json.dumps(start.config), local_id),
