@@ -145,7 +145,7 @@ class ProducerBatches(SpanProcessor):
                     wake.wait(left)
                     continue
                 try:
-                    self._export_all()
+                    self._export(full_only=False)
                 except BaseException:  # the timer outlives one failed export
                     logger.exception("prime-runs-otel: exporting waiting spans failed")
 
@@ -198,9 +198,6 @@ class ProducerBatches(SpanProcessor):
             except Exception:  # the SDK's processor logs and carries on, as here
                 logger.exception("prime-runs-otel: exporting %d span(s) failed", len(batch))
 
-    def _export_all(self) -> None:
-        self._export(full_only=False)
-
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export everything waiting, within ``timeout_millis``: ``False``
         when the time ran out first (the export goes on, on its thread)."""
@@ -213,7 +210,7 @@ class ProducerBatches(SpanProcessor):
 
         def flush() -> None:
             try:
-                self._export_all()
+                self._export(full_only=False)
             finally:
                 done.set()
 
@@ -222,7 +219,7 @@ class ProducerBatches(SpanProcessor):
         except RuntimeError:
             # No new thread at interpreter shutdown (Python 3.12 and later
             # refuse one in an atexit handler, where a run reports its crash).
-            self._export_all()
+            self._export(full_only=False)
             return True
         return done.wait(max(0.0, timeout_millis / 1000.0))
 
