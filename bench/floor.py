@@ -25,7 +25,10 @@ of the project on the hot path, on the very same episodes as
                  uploader's level and POSTed with httpx to the fake platform
                  on loopback, one client kept alive.
 - floor_sum:     the three above, round by round.
-- pipeline:      today's whole pipeline (``in_process.child_otel``).
+- pipeline:      today's whole pipeline (``in_process.child_otel``), and its
+                 stages as that run times them (the caller, the producer
+                 thread, ``export()``, the uploader), each read beside the
+                 floor of what it does.
 - prime_runs:    prime-runs 0.1.4 (``in_process.child_sdk``), the reference.
 
 Every side runs in a fresh subprocess, in interleaved rounds (the order
@@ -60,6 +63,14 @@ FLOORS = ("sdk_floor", "durable_floor", "upload_floor")
 #: Every side measured in a round of its own subprocess, in this order in the
 #: first round (rotated by one in each next round).
 SIDES = ("pipeline", "prime_runs", *FLOORS)
+#: The pipeline's stages as ``in_process.child_otel`` times them (thread CPU
+#: inside the calls), each read beside the floor of what it does.
+STAGES = {
+    "pipeline_caller": "caller_cpu",
+    "pipeline_producer": "build_cpu",
+    "pipeline_exporter": "exporter_cpu",
+    "pipeline_uploader": "uploader_cpu",
+}
 #: What ``start_run`` hands its exporter per ``export()`` and what the spool
 #: commits in one transaction (``batching.BSP_DEFAULTS``).
 BATCH = 64
@@ -278,7 +289,7 @@ def child_main(side: str, count: int, size: int, seed: int) -> None:
     carried = result.get("carried", result.get("stored"))
     if carried != count:
         raise SystemExit(f"{side} carried {carried} of {count} episodes; its figure would lie")
-    print(json.dumps({"cpu": result["cpu"]}))
+    print(json.dumps({key: result[key] for key in ("cpu", *STAGES.values()) if key in result}))
 
 
 # -- parent side -------------------------------------------------------------------
@@ -286,9 +297,9 @@ def child_main(side: str, count: int, size: int, seed: int) -> None:
 
 def measure(args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[float]]:
     """CPU ms per episode of every side, round by round (the order rotated
-    each round, so no side always runs first or after the same one), and
-    the floors' sum per round."""
-    per_round: dict[str, list[float]] = {side: [] for side in SIDES}
+    each round, so no side always runs first or after the same one), the
+    pipeline's stages, and the floors' sum per round."""
+    per_round: dict[str, list[float]] = {side: [] for side in (*SIDES, *STAGES)}
     child_args = [str(args.episodes), str(args.size)]
     for number in range(args.rounds):
         order = SIDES[number % len(SIDES) :] + SIDES[: number % len(SIDES)]
@@ -296,6 +307,9 @@ def measure(args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[flo
             # The same seed for every side of a round: the very same episodes.
             result = run_child(__file__, side, [*child_args, str(number)], env)
             per_round[side].append(1000 * result["cpu"] / args.episodes)
+            if side == "pipeline":
+                for stage, key in STAGES.items():
+                    per_round[stage].append(1000 * result[key] / args.episodes)
             print(f"  round {number + 1}: {side} done", file=sys.stderr)
     per_round["floor_sum"] = [
         sum(values) for values in zip(*(per_round[side] for side in FLOORS), strict=True)
@@ -309,7 +323,7 @@ def figures(per_round: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     design's side, its ``sdk`` column prime-runs)."""
     ours: dict[str, float] = {}
     theirs: dict[str, float] = {}
-    for side in ("pipeline", *FLOORS, "floor_sum"):
+    for side in ("pipeline", *STAGES, *FLOORS, "floor_sum"):
         for suffix, of in (("_min", min), ("_median", statistics.median)):
             name = f"{side}_cpu_ms_per_episode{suffix}"
             ours[name] = of(per_round[side])
