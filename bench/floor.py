@@ -71,6 +71,8 @@ STAGES = {
     "pipeline_exporter": "exporter_cpu",
     "pipeline_uploader": "uploader_cpu",
 }
+#: The part of the upload floor that is the client's set-up, once per process.
+UPLOAD_SETUP = "upload_floor_setup"
 #: What ``start_run`` hands its exporter per ``export()`` and what the spool
 #: commits in one transaction (``batching.BSP_DEFAULTS``).
 BATCH = 64
@@ -210,11 +212,14 @@ def child_upload_floor(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {os.environ['PRIME_API_KEY']}"}
     cpu0 = time.process_time()
     with httpx.Client(headers=headers, timeout=UPLOAD_TIMEOUT) as client:
+        # Most of it loading the CA bundle, once per process (as the
+        # uploader's clients share one TLS context): shown apart.
+        setup = time.process_time() - cpu0
         uploaded = sum(
             _post(client, url, batch, GZIP_LEVEL) for batch in _uploads(lines, TRACES_BATCH_BYTES)
         )
     cpu = time.process_time() - cpu0
-    return {"cpu": cpu, "carried": uploaded}
+    return {"cpu": cpu, "setup_cpu": setup, "carried": uploaded}
 
 
 def _stamped(record: dict[str, Any], run_id: str) -> dict[str, Any]:
@@ -289,7 +294,8 @@ def child_main(side: str, count: int, size: int, seed: int) -> None:
     carried = result.get("carried", result.get("stored"))
     if carried != count:
         raise SystemExit(f"{side} carried {carried} of {count} episodes; its figure would lie")
-    print(json.dumps({key: result[key] for key in ("cpu", *STAGES.values()) if key in result}))
+    kept = ("cpu", "setup_cpu", *STAGES.values())
+    print(json.dumps({key: result[key] for key in kept if key in result}))
 
 
 # -- parent side -------------------------------------------------------------------
@@ -299,7 +305,7 @@ def measure(args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[flo
     """CPU ms per episode of every side, round by round (the order rotated
     each round, so no side always runs first or after the same one), the
     pipeline's stages, and the floors' sum per round."""
-    per_round: dict[str, list[float]] = {side: [] for side in (*SIDES, *STAGES)}
+    per_round: dict[str, list[float]] = {side: [] for side in (*SIDES, *STAGES, UPLOAD_SETUP)}
     child_args = [str(args.episodes), str(args.size)]
     for number in range(args.rounds):
         order = SIDES[number % len(SIDES) :] + SIDES[: number % len(SIDES)]
@@ -310,6 +316,8 @@ def measure(args: argparse.Namespace, env: dict[str, str]) -> dict[str, list[flo
             if side == "pipeline":
                 for stage, key in STAGES.items():
                     per_round[stage].append(1000 * result[key] / args.episodes)
+            if side == "upload_floor":
+                per_round[UPLOAD_SETUP].append(1000 * result["setup_cpu"] / args.episodes)
             print(f"  round {number + 1}: {side} done", file=sys.stderr)
     per_round["floor_sum"] = [
         sum(values) for values in zip(*(per_round[side] for side in FLOORS), strict=True)
@@ -323,7 +331,7 @@ def figures(per_round: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     design's side, its ``sdk`` column prime-runs)."""
     ours: dict[str, float] = {}
     theirs: dict[str, float] = {}
-    for side in ("pipeline", *STAGES, *FLOORS, "floor_sum"):
+    for side in ("pipeline", *STAGES, *FLOORS, UPLOAD_SETUP, "floor_sum"):
         for suffix, of in (("_min", min), ("_median", statistics.median)):
             name = f"{side}_cpu_ms_per_episode{suffix}"
             ours[name] = of(per_round[side])
