@@ -66,6 +66,7 @@ def benchmarks(quick: bool) -> None:
     if quick:
         run("in_process.py", "--episodes", "300", "--rounds", "1")
         run("in_process.py", "--episodes", "300", "--rounds", "1", "--rate", "400")
+        run("floor.py", "--episodes", "300", "--rounds", "1")
         run("instrumentation.py", "--episodes", "200", "--rounds", "1")
         run("prime_rl_reporting.py", "--rollouts", "64", "--steps", "3", "--rounds", "1")
         run("offered_load.py", "--rates", "500,2000", "--duration", "5")
@@ -84,6 +85,8 @@ def benchmarks(quick: bool) -> None:
             ("20971520", "4"),
         ):
             run("in_process.py", "--episodes", count, "--rounds", "1", "--size", size)
+        # What each stage the design requires costs at the least, beside the pipeline.
+        run("floor.py", "--episodes", "2000", "--rounds", "4")
         run("instrumentation.py", "--episodes", "1000", "--rounds", "3")
         run("prime_rl_reporting.py", "--rollouts", "256", "--steps", "11", "--rounds", "2")
         run("offered_load.py", "--rates", "500,2000,8000", "--duration", "30")
