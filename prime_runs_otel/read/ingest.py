@@ -277,17 +277,23 @@ def _file(
         batch.corrupt_metrics.append(item)
     elif isinstance(item, RunStart):
         if item.corrupt_reason is not None:
-            repeats.log(
-                logging.WARNING,
-                "run starts arrived with a damaged config",
-                shown(key),
-                "Run %s: %s; the run goes on without it",
-                shown(key),
-                shown(item.corrupt_reason),
-            )
+            _damaged_config(repeats, key, item.corrupt_reason)
         batch.start = item
     elif isinstance(item, RunEnd):
         batch.end = item
+
+
+def _damaged_config(repeats: RepeatedLines, key: str, reason: str) -> None:
+    """A run start whose config arrived damaged: the run goes on with an
+    empty one, said once a window however many copies of the start arrive."""
+    repeats.log(
+        logging.WARNING,
+        "run starts arrived with a damaged config",
+        shown(key),
+        "Run %s: %s; the run goes on without it",
+        shown(key),
+        shown(reason),
+    )
 
 
 def _file_synthesized(batches: _Batches, grouped: Grouped, tree: SpanTree) -> None:
