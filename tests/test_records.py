@@ -30,6 +30,7 @@ from prime_runs_otel.produce.run_spans import emit_run_end, emit_run_start
 from prime_runs_otel.produce.synthetic import synthetic_episode
 from prime_runs_otel.read.checks import decode_blob, read_span, run_identity
 from prime_runs_otel.read.episodes import CorruptEpisode, EpisodeArrival
+from prime_runs_otel.read.ingest import group_by_run
 from prime_runs_otel.read.records import RunEnd, RunIdentity, RunStart
 from prime_runs_otel.read.spans import SpanView, from_readable_span
 
@@ -301,12 +302,16 @@ def test_a_damaged_run_config_is_reported_not_dropped(
         relay.provider.shutdown()
 
     assert read_span(original) == RunStart({"notes": "x" * 500})
-    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.checks"):
-        outcome = read_span(relayed)
+    outcome = read_span(relayed)
     assert isinstance(outcome, RunStart)
     assert outcome.config == {}
     assert outcome.corrupt_reason is not None and "damaged" in outcome.corrupt_reason
-    assert "run config is damaged" in caplog.text
+    # Logged where the start is filed under its run, so copies share one line.
+    with caplog.at_level(logging.WARNING, logger="prime_runs_otel.read.ingest"):
+        group_by_run([relayed, relayed, relayed])
+    assert caplog.text.count("run config is damaged") == 1
+    assert "Run run-1: the run config is damaged" in caplog.text
+    assert "run-1: run starts arrived with a damaged config: 2 more like it" in caplog.text
 
 
 def test_an_unknown_end_status_counts_as_failed(pipeline: Pipeline) -> None:

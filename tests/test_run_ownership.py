@@ -171,6 +171,37 @@ def test_the_owning_start_claims_the_run_and_a_co_producer_start_does_not(spool:
     assert _end_status(spool, "claimed") == "completed"
 
 
+def test_the_owners_config_replaces_a_workers_until_the_run_is_sent(spool: Spool) -> None:
+    """A worker's start may arrive first (a prime-rl trainer's before its
+    orchestrator's): the run must still register with what its owner says,
+    its config as well as its identity, and never change once sent."""
+    run = RunIdentity(local_id="worker-first")
+    worker = RunStart({"from": "worker"}, owner=False, producer="worker")
+    owner = RunStart({"from": "owner", "max_steps": 3}, producer="owner")
+    _ingest(spool, RunBatch(run, start=worker))
+    _ingest(spool, RunBatch(run, start=owner))
+    _ingest(spool, RunBatch(run, start=worker))  # a worker's copy after it changes nothing
+    assert _config(spool, "worker-first") == {"from": "owner", "max_steps": 3}
+
+    assert spool.delivery.claim_create("worker-first")
+    _ingest(spool, RunBatch(run, start=RunStart({"from": "a later owner"}, producer="owner")))
+    assert _config(spool, "worker-first") == {"from": "owner", "max_steps": 3}
+
+
+def test_a_damaged_owner_config_does_not_replace_a_workers(spool: Spool) -> None:
+    run = RunIdentity(local_id="damaged-owner")
+    _ingest(spool, RunBatch(run, start=RunStart({"w": 1}, owner=False, producer="worker")))
+    damaged = RunStart({}, corrupt_reason="the run config is damaged", producer="owner")
+    _ingest(spool, RunBatch(run, start=damaged))
+    assert _config(spool, "damaged-owner") == {"w": 1}
+
+
+def _config(spool: Spool, key: str) -> Any:
+    row = spool.reading.run(key)
+    assert row is not None
+    return row.config
+
+
 def test_an_end_before_any_start_claims_the_run(spool: Spool) -> None:
     run = RunIdentity(local_id="early-end")
     assert _ingest(spool, RunBatch(run, end=_end("owner"))) == ()

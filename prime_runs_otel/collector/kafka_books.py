@@ -56,6 +56,9 @@ class RunBook:
     sampling: set[str] = field(default_factory=set)
     #: Uncertain elsewhere (a sample request may have stored them), not yet counted here.
     uncertain_elsewhere: set[str] = field(default_factory=set)
+    #: Counted uncertain by earlier owners in records this one skips, not yet
+    #: added to this spool's count (``RunState.uncertain_before``).
+    uncertain_before: int = 0
     adopted: bool = False
     written: bytes = b""
 
@@ -88,6 +91,7 @@ class RunBooks:
                 book.through = state.through
                 book.delivered_elsewhere = set(state.delivered)
                 book.uncertain_elsewhere = set(state.uncertain)
+                book.uncertain_before = state.uncertain_before
                 book.creating_at = state.creating_at
                 book.finalizing = state.finalizing
                 self._ownership.inherit(state)
@@ -125,6 +129,8 @@ class RunBooks:
         if not book.adopted:
             book.adopted = True
             self._spool.adopt(key, **_adopted_values(state, run))
+            self._spool.delivery.count_uncertain_before(key, book.uncertain_before)
+            book.uncertain_before = 0
             logger.info(
                 "Run %s: taken over (platform run %s, %d episode(s) delivered before, %d "
                 "upload(s) to send again)",
@@ -182,6 +188,7 @@ class RunBooks:
             creating_at=None if platform_id else book.creating_at,
             finalizing=book.finalizing and not (run is not None and run.closed),
             uncertain=sorted(uncertain | book.sampling | book.uncertain_elsewhere),
+            uncertain_before=book.uncertain_before + _uncertain_done(run, stored),
         )
 
     def _sending(self, key: str, book: RunBook, run: RunRow | None) -> list[tuple[str, list[str]]]:
@@ -213,6 +220,16 @@ def _adopted_values(state: RunState, run: RunRow) -> dict[str, Any]:
     elif state.finalizing and not run.closed:
         values.update(close_state="finalizing")
     return values
+
+
+def _uncertain_done(run: RunRow | None, stored: dict[str, str]) -> int:
+    """The episodes this spool counted uncertain in the run's done records:
+    all it counted but those of records still to do (``stored``: their
+    episodes' states), which go in the state's ``uncertain`` and which the
+    next owner, reading those records again, counts itself."""
+    if run is None:
+        return 0
+    return run.uncertain - sum(1 for state in stored.values() if state == "uncertain")
 
 
 def _done(record: Record, run: RunRow | None, waiting: set[str]) -> bool:

@@ -41,7 +41,7 @@ from typing import Any
 from .. import semconv
 from .._text import shown
 from ..config import Settings
-from ..read.ingest import Fallback, Grouped, group_by_run
+from ..read.ingest import Fallback, Grouped, damage_lines, group_by_run
 from ..read.records import RunBatch
 from ..read.spans import SpanView
 from .batch_items import describe, is_episode, item_count, items_of, read_ahead, run_key
@@ -115,6 +115,8 @@ class SpanDelivery:
         self.lock = threading.Lock()
         self._owner_pid = os.getpid()
         self._report = BufferReport(self.trees, unclaimed_advice, clock)
+        #: Damaged items logged once a minute per run and kind, however many copies.
+        self._damage = damage_lines(clock)
         #: Run ends waiting for the run's held episodes, by run key.
         self._held_ends: dict[str, RunBatch] = {}
         #: Released episodes (and run ends) whose commit failed, retried first.
@@ -162,7 +164,11 @@ class SpanDelivery:
             ):
                 return self.full()
             grouped = group_by_run(
-                views, trees=self.trees, fallback=self._fallback, lines=self._lines
+                views,
+                trees=self.trees,
+                fallback=self._fallback,
+                lines=self._lines,
+                repeats=self._damage,
             )
             self._report.update()
             self.refused_items = 0
@@ -237,10 +243,13 @@ class SpanDelivery:
         holds): released now, they would only be refused and counted lost.
         """
         with self.lock:
+            self._damage.flush()
             idle = not (len(self.trees) or self.trees.pending_episodes or self.uncommitted)
             if (idle and not self._held_ends) or not self.spool.housekeeping.has_room():
                 return
-            grouped = group_by_run((), trees=self.trees, fallback=self._fallback)
+            grouped = group_by_run(
+                (), trees=self.trees, fallback=self._fallback, repeats=self._damage
+            )
             self._report.update()
             self._refuse_attaching(grouped)
             try:
@@ -256,7 +265,10 @@ class SpanDelivery:
         """Commit every episode still held, with the spans that arrived for it
         (the process is stopping), and report what synthesis could not keep."""
         with self.lock:
-            grouped = group_by_run((), trees=self.trees, flush=True, fallback=self._fallback)
+            grouped = group_by_run(
+                (), trees=self.trees, flush=True, fallback=self._fallback, repeats=self._damage
+            )
+            self._damage.flush(everything=True)
             self._refuse_attaching(grouped)
             try:
                 self.commit(grouped.batches)

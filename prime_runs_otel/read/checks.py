@@ -359,7 +359,8 @@ def _read_run_start(attributes: Mapping[str, Any]) -> RunStart:
         if isinstance(config, dict):
             return RunStart(config, owner=owner)
         reason = "the run config is not a JSON object"
-    logger.warning("%s; the run goes on without it", reason)
+    # Logged where it is filed under its run, once a window however many
+    # copies arrive (read.ingest).
     return RunStart({}, corrupt_reason=reason, owner=owner)
 
 

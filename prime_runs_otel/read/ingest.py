@@ -16,6 +16,7 @@ is in; without a buffer such an episode is counted as lost.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeAlias
@@ -34,11 +35,12 @@ from .records import (
     RunStart,
     UnrecordedEpisode,
 )
+from .repeats import RepeatedLines
 from .span_tree import BufferStats, SpanTree, SpanTreeBuffer
 from .spans import SpanView
 from .synthesis import synthesize_record
 
-__all__ = ["Grouped", "group_by_run"]
+__all__ = ["Grouped", "damage_lines", "group_by_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,12 @@ class Grouped:
     unreadable: int = 0
 
 
+def damage_lines(clock: Callable[[], float] = time.monotonic) -> RepeatedLines:
+    """The log of damaged items for a delivery to keep across its calls of
+    :func:`group_by_run`: one line a minute per run and kind of damage."""
+    return RepeatedLines(logger, clock=clock)
+
+
 #: The run of a span whose Resource names none (``None``: it belongs to no run).
 Fallback: TypeAlias = Callable[[Mapping[str, Any]], "RunIdentity | None"]
 
@@ -65,10 +73,11 @@ Fallback: TypeAlias = Callable[[Mapping[str, Any]], "RunIdentity | None"]
 class _Batches:
     """Per-run batches in first-seen order, keyed by the run's local id."""
 
-    def __init__(self, fallback: Fallback | None = None) -> None:
+    def __init__(self, fallback: Fallback | None, repeats: RepeatedLines) -> None:
         self.by_run: dict[str, RunBatch] = {}
         self._keys: dict[int, str | None] = {}
         self._fallback = fallback
+        self.repeats = repeats
 
     def adopt(self, view: SpanView) -> str | None:
         """A run span with no run on its Resource: the fallback run, if any.
@@ -103,6 +112,7 @@ def group_by_run(
     flush: bool = False,
     fallback: Fallback | None = None,
     lines: bool = False,
+    repeats: RepeatedLines | None = None,
 ) -> Grouped:
     """Group spans by run, keeping arrival order within each run.
 
@@ -112,9 +122,11 @@ def group_by_run(
     none (an in-process exporter's own process); without it they are counted
     as unattributed. ``lines``: the runs go to Prime Traces, so each episode
     read from its span gets its line template built (see :func:`read_span`).
+    ``repeats`` logs the damaged items a run keeps receiving once a window
+    (a delivery keeps one across calls); without it, once a call.
     """
     grouped = Grouped()
-    batches = _Batches(fallback)
+    batches = _Batches(fallback, repeats or RepeatedLines(logger))
     before = BufferStats(**asdict(trees.stats)) if trees is not None else None
     for view in views:
         # Every span is outside input: one that breaks a reader costs itself
@@ -140,6 +152,7 @@ def group_by_run(
     if trees is not None:
         _file_released(trees, flush, batches, grouped)
         _report_buffer(before, trees.stats)
+    batches.repeats.flush(everything=repeats is None)
     if grouped.unattributed:
         logger.error(
             "%d episode span(s) carry no %s on their Resource and cannot be attributed to a "
@@ -201,7 +214,7 @@ def _group_one(
         return
     if isinstance(item, (RunStart, RunEnd)):
         item = replace(item, producer=_producer_of(view.resource))
-    _file(batches.by_run[key], key, item)
+    _file(batches.by_run[key], key, item, batches.repeats)
 
 
 def _producer_of(resource: Mapping[str, Any]) -> str:
@@ -221,6 +234,7 @@ def _file(
     | RunMetrics
     | CorruptMetrics
     | RunSamples,
+    repeats: RepeatedLines,
 ) -> None:
     if isinstance(item, EpisodeArrival):
         batch.episodes.append(item)
@@ -233,9 +247,13 @@ def _file(
                 "the episode span carries no record, and this consumer does not synthesise "
                 "records from span trees",
             ),
+            repeats,
         )
     elif isinstance(item, CorruptEpisode):
-        logger.error(
+        repeats.log(
+            logging.ERROR,
+            "episodes arrived damaged",
+            shown(key),
             "Run %s: episode %s arrived damaged and is counted as lost: %s",
             shown(key),
             shown(item.episode_id or "(unknown id)"),
@@ -247,7 +265,10 @@ def _file(
     elif isinstance(item, RunSamples):
         batch.samples.append(item)
     elif isinstance(item, CorruptMetrics):
-        logger.error(
+        repeats.log(
+            logging.ERROR,
+            "step metrics arrived damaged",
+            shown(key),
             "Run %s: the metrics of step %s arrived damaged and are counted as lost: %s",
             shown(key),
             item.step if item.step is not None else "(unknown)",
@@ -255,9 +276,24 @@ def _file(
         )
         batch.corrupt_metrics.append(item)
     elif isinstance(item, RunStart):
+        if item.corrupt_reason is not None:
+            _damaged_config(repeats, key, item.corrupt_reason)
         batch.start = item
     elif isinstance(item, RunEnd):
         batch.end = item
+
+
+def _damaged_config(repeats: RepeatedLines, key: str, reason: str) -> None:
+    """A run start whose config arrived damaged: the run goes on with an
+    empty one, said once a window however many copies of the start arrive."""
+    repeats.log(
+        logging.WARNING,
+        "run starts arrived with a damaged config",
+        shown(key),
+        "Run %s: %s; the run goes on without it",
+        shown(key),
+        shown(reason),
+    )
 
 
 def _file_synthesized(batches: _Batches, grouped: Grouped, tree: SpanTree) -> None:
@@ -269,7 +305,7 @@ def _file_synthesized(batches: _Batches, grouped: Grouped, tree: SpanTree) -> No
         grouped.unattributed += 1
         return
     batch = batches.by_run[key]
-    _file(batch, key, _synthesized(tree, batch.identity))
+    _file(batch, key, _synthesized(tree, batch.identity), batches.repeats)
     grouped.synthesized += 1
 
 

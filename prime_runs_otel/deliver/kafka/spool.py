@@ -79,6 +79,16 @@ class FleetDelivery(SpoolDelivery):
             )
         return count
 
+    def count_uncertain_before(self, run_id: str, count: int) -> None:
+        """Episodes earlier owners counted uncertain in records this member
+        skips (up to the state's ``through``): added to the run's count, which
+        would miss them otherwise. Added, not set, beside the uploader's own."""
+        if count:
+            with self._transaction() as db:
+                db.execute(
+                    "UPDATE runs SET uncertain = uncertain + ? WHERE local_id = ?", (count, run_id)
+                )
+
     def claim_create(self, local_id: str) -> bool:
         try:
             self.owner.record(local_id, "create")

@@ -13,7 +13,16 @@ was about to go out with no platform run id known yet; ``uncertain``:
 episodes a legacy sample request may have stored (begun, its answer not
 known), or counted uncertain already: the sample table appends, so a new
 owner never sends them again and counts them uncertain, as one process does
-after a restart (``deliver/sinks/samples.py``).
+after a restart (``deliver/sinks/samples.py``); ``uncertain_before``: how
+many episodes this owner and those before it counted uncertain in records up
+to ``through``, which the next owner never reads again: it adds them to the
+run's count, so the run's final count holds every one, once.
+
+Versions: a member reads the states of its own layout and of every earlier
+one, the fields an earlier layout lacks defaulted (during a rolling upgrade
+the next owner of a run may be new and its state old; refused, the run would
+be taken over as if nobody had delivered it). A state of a later layout is
+refused, saying so: its fields may mean what this member cannot know.
 """
 
 from __future__ import annotations
@@ -22,7 +31,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-VERSION = 1
+#: 1: up to ``uncertain`` (``finalizing`` and ``uncertain`` were added
+#: without a bump, and read as their defaults when absent); 2: ``uncertain_before``.
+VERSION = 2
 
 
 @dataclass
@@ -41,6 +52,8 @@ class RunState:
     finalizing: bool = False
     #: Never sent again: a legacy sample request may have stored them.
     uncertain: list[str] = field(default_factory=list)
+    #: Counted uncertain in records up to ``through`` (version 2; 0 before).
+    uncertain_before: int = 0
 
     def encode(self) -> bytes:
         return json.dumps({"v": VERSION, **asdict(self)}, separators=(",", ":")).encode()
@@ -48,7 +61,12 @@ class RunState:
     @classmethod
     def decode(cls, value: bytes) -> RunState:
         data: dict[str, Any] = json.loads(value)
-        if data.pop("v", None) != VERSION:
-            raise ValueError("a run state of another version")
+        version = data.pop("v", None)
+        if type(version) is not int or not 1 <= version <= VERSION:
+            raise ValueError(
+                f"a run state of version {version!r}, which this member (version {VERSION}) "
+                "cannot read: a member of a later release wrote it. Upgrade this member "
+                "to the release of the others in the fleet."
+            )
         data["sending"] = [(str(upload), list(ids)) for upload, ids in data.get("sending", [])]
         return cls(**data)

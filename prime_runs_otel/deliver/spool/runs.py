@@ -156,21 +156,29 @@ def ensure_run(
 def record_start(
     db: sqlite3.Connection, identity: RunIdentity, start: RunStart, *, claim: bool
 ) -> None:
-    """The run's config, from its first start; its identity, from its owner's
-    start until it is registered; and its owner, the producer of its first
-    owning start, when ``claim`` (``check_owner``).
+    """The run's identity and config, from its owner's start until it is
+    registered (from its first start while no owner's came); and its owner,
+    the producer of its first owning start, when ``claim`` (``check_owner``).
 
     The run is opened by whichever spans arrive first, and a worker's name
-    only what a worker knows (a prime-rl trainer: its model and the launch's
-    run key, no steps or environments). The run must register with what its
-    owner says, as it would have alone, so the owner's identity replaces the
-    first one as long as nothing has been sent with it."""
+    and config only what a worker knows (a prime-rl trainer: its model and
+    the launch's run key, no steps or environments). The run must register
+    with what its owner says, as it would have alone, so the owner's start
+    replaces both as long as nothing has been sent with them: once the
+    create went out (``create_state`` past 'pending') the platform has the
+    run as it was, and the spool keeps what was sent. An owner's config that
+    arrived damaged (sent as ``{}``) replaces nothing: it says nothing."""
     local_id = identity.local_id
     if start.owner:
         db.execute(
             "UPDATE runs SET identity = ?, name = ?, kind = ? "
             "WHERE local_id = ? AND create_state = 'pending'",
             (identity.to_json(), identity.name, identity.kind, local_id),
+        )
+    if start.owner and start.corrupt_reason is None:
+        db.execute(
+            "UPDATE runs SET config = ? WHERE local_id = ? AND create_state = 'pending'",
+            (json.dumps(start.config), local_id),
         )
     db.execute(
         "UPDATE runs SET config = ? WHERE local_id = ? AND config IS NULL",
