@@ -122,8 +122,10 @@ def stages(member: ServeProcess) -> dict[tuple[str, str], float]:
 
 
 def show_stages(found: dict[tuple[str, str], float]) -> None:
-    order = ("decode", "produce", "broker_ack", "wake", "answer", "total")
-    print("  stage (in the member)   p50 ms   p99 ms")
+    order = ("decode", "produce", "broker_ack", "broker", "wake", "answer", "total")
+    print(
+        "  stage (in the member)   p50 ms   p99 ms  (broker: the part of broker_ack in librdkafka)"
+    )
     for stage in order:
         p50, p99 = found.get((stage, "0.5"), 0.0), found.get((stage, "0.99"), 0.0)
         print(f"  {stage:<22}{p50:8.1f}{p99:9.1f}")
@@ -185,24 +187,49 @@ def latency_ab(args: argparse.Namespace) -> None:
             }
             for index in range(args.latency_ab):
                 for name in ("A", "B") if index % 2 == 0 else ("B", "A"):
-                    load = os.getloadavg()[0]
-                    p50, p99 = latency(members[name], args.rate, args.seconds, f"{name}{index}")
-                    found = stages(members[name])
-                    inside = " ".join(
-                        f"{stage} {found.get((stage, '0.5'), 0):.0f}/"
-                        f"{found.get((stage, '0.99'), 0):.0f}"
-                        for stage in ("decode", "produce", "broker_ack", "wake", "answer")
-                    )
-                    print(
-                        f"round {index + 1} {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
-                        f"(load average {load:.2f}, 2 cores); p50/p99 ms {inside}",
-                        flush=True,
-                    )
+                    ab_round(members[name], name, index, args)
             for member in members.values():
                 member.stop(signal.SIGKILL)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def ab_round(member: ServeProcess, name: str, index: int, args: argparse.Namespace) -> None:
+    """One paced run on one member: the sender's p50/p99, the member's
+    stages (over all of its rounds so far: the window is 1,000 requests) and
+    its CPU per episode, from the run's start until it delivered them all."""
+    load = os.getloadavg()[0]
+    cpu = cpu_seconds(member)
+    p50, p99 = latency(member, args.rate, args.seconds, f"{name}{index}")
+    wait_for(lambda: pending(member) == 0, 300, "the member to deliver the round")
+    per_episode = (cpu_seconds(member) - cpu) / (args.rate * args.seconds) * 1e6
+    found = stages(member)
+    inside = " ".join(
+        f"{stage} {found.get((stage, '0.5'), 0):.0f}/{found.get((stage, '0.99'), 0):.0f}"
+        for stage in ("decode", "produce", "broker_ack", "broker", "wake", "answer")
+    )
+    print(
+        f"round {index + 1} {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+        f"(load average {load:.2f}, 2 cores); CPU {per_episode:.0f} us/episode; "
+        f"p50/p99 ms {inside}",
+        flush=True,
+    )
+
+
+def cpu_seconds(member: ServeProcess) -> float:
+    """The member process's user and system CPU time, from ``/proc``."""
+    assert member.process is not None
+    fields = Path(f"/proc/{member.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pending(member: ServeProcess) -> float:
+    """``/metrics``' episodes stored and not delivered yet."""
+    for line in httpx.get(f"{member.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("prime_runs_otel_episodes_pending "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def paced(url: str, rate: int, seconds: float, tag: str) -> tuple[float, float]:

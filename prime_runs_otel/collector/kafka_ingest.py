@@ -17,12 +17,11 @@ the member that owns the run, which logs it.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import sys
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -34,6 +33,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from .. import semconv
 from ..deliver.kafka.settings import MAX_RECORD_BYTES, KafkaSettings
 from .intake import Verdict, episode_spans
+from .kafka_stages import STATS_INTERVAL_MS, Stages
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +46,6 @@ KAFKA_RETRY_AFTER = 2
 RECORD_TARGET_BYTES = 4 * 1024 * 1024
 #: The GIL's switch interval in a member (see :class:`KafkaIngest`).
 SWITCH_INTERVAL = 0.001
-#: Where an OTLP request's time goes in a member, in order (``total``: all of it).
-STAGES = ("decode", "produce", "broker_ack", "wake", "answer", "total")
-#: ``/metrics`` reports the stages of this many requests, the last ones.
-STAGE_WINDOW = 1000
 #: Header naming what a record holds.
 KIND_HEADER = "prime-runs-otel"
 TRACES, LOGS = b"traces", b"logs"
@@ -67,8 +63,16 @@ class KafkaIngest:
         # from the acknowledgement to the request's thread running again
         # fell from 72 to 38 ms on a loaded two-core machine.
         sys.setswitchinterval(SWITCH_INTERVAL)
-        self._producer = Producer(settings.ingest_producer())
         self.stages = Stages()
+        self._producer = Producer(
+            {
+                # The brokers' part of an acknowledgement, as librdkafka saw it
+                # (a statistics interval of the user's own is kept).
+                "statistics.interval.ms": STATS_INTERVAL_MS,
+                "stats_cb": self.stages.librdkafka_statistics,
+                **settings.ingest_producer(),
+            }
+        )
         self._stopping = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="kafka-ingest", daemon=True)
         self._poller.start()
@@ -188,40 +192,6 @@ class _Acks:
             if self.error is None:
                 self.error = reason
             self.done.set()
-
-
-class Stages:
-    """Where the last :data:`STAGE_WINDOW` requests' time went, from their
-    body read to their answer sent: ``decode`` (waiting for a worker,
-    decompressing, decoding, checking), ``produce`` (cutting the request into
-    records and handing them to the producer), ``broker_ack`` (until the last
-    acknowledgement was served), ``wake`` (until the request's thread ran
-    again), ``answer`` (until the answer was written). The acknowledgement
-    latency is the sum; which stage grows says what to change."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._rows: deque[tuple[float, ...]] = deque(maxlen=STAGE_WINDOW)
-
-    def observe(self, received: float, stamps: tuple[float, ...], answered: float) -> None:
-        times = (received, *stamps, answered)
-        row = tuple(later - earlier for earlier, later in itertools.pairwise(times))
-        with self._lock:
-            self._rows.append((*row, answered - received))
-
-    def quantiles(self, points: tuple[float, ...] = (0.5, 0.99)) -> dict[tuple[str, str], float]:
-        """Seconds by (stage, quantile), over the requests in the window."""
-        with self._lock:
-            rows = list(self._rows)
-        found: dict[tuple[str, str], float] = {}
-        if not rows:
-            return found
-        for index, stage in enumerate(STAGES):
-            values = sorted(row[index] for row in rows)
-            for point in points:
-                at = min(len(values) - 1, int(point * len(values)))
-                found[(stage, f"{point:g}")] = values[at]
-        return found
 
 
 def _run_key(resource: Resource) -> str | None:
