@@ -153,7 +153,7 @@ def test_a_requests_stages_add_up_to_its_time_and_the_window_keeps_the_last() ->
     assert found[("total", "0.5")] == pytest.approx(0.035)
     parts = sum(found[(stage, "0.5")] for stage in kafka_stages.REQUEST_STAGES if stage != "total")
     assert parts == pytest.approx(found[("total", "0.5")])
-    assert ("broker", "0.5") not in found  # no statistics from librdkafka yet
+    assert ("broker_rtt", "0.5") not in found  # no statistics from librdkafka yet
 
 
 def _histogram(p50_us: int, p99_us: int, count: int) -> dict[str, int]:
@@ -184,21 +184,25 @@ def _statistics(rtt_p99_us: int, count: int = 200) -> str:
 
 
 def test_the_brokers_part_of_an_acknowledgement_is_librdkafkas_own_measure() -> None:
-    """``broker`` adds librdkafka's queue, output buffer and round trip point
-    by point; windows of statistics are merged by their record counts."""
+    """``broker_queue`` adds librdkafka's queue and output buffer point by
+    point, ``broker_rtt`` is its round trip; windows of statistics are
+    merged by their counts."""
     stages = kafka_stages.Stages()
     stages.observe(time.monotonic(), (0.001, 0.002, 0.050, 0.051), 0.052)
     stages.librdkafka_statistics(_statistics(rtt_p99_us=7000))
     found = stages.quantiles()
-    assert found[("broker", "0.5")] == pytest.approx(0.00505, abs=1e-6)
-    assert found[("broker", "0.99")] == pytest.approx(0.0104, abs=1e-6)
+    assert found[("broker_queue", "0.5")] == pytest.approx(0.00205, abs=1e-6)
+    assert found[("broker_queue", "0.99")] == pytest.approx(0.0034, abs=1e-6)
+    assert found[("broker_rtt", "0.5")] == pytest.approx(0.003, abs=1e-6)
+    assert found[("broker_rtt", "0.99")] == pytest.approx(0.007, abs=1e-6)
     # A second window like the first leaves the quantiles as they were; one
     # with a stalled round trip raises the p99 of both together, not the p50.
     stages.librdkafka_statistics(_statistics(rtt_p99_us=7000))
-    assert stages.quantiles()[("broker", "0.99")] == pytest.approx(0.0104, abs=1e-6)
+    assert stages.quantiles()[("broker_rtt", "0.99")] == pytest.approx(0.007, abs=1e-6)
     stages.librdkafka_statistics(_statistics(rtt_p99_us=200000, count=400))
     found = stages.quantiles()
-    assert found[("broker", "0.5")] == pytest.approx(0.00505, abs=1e-6)
-    assert 0.0104 < found[("broker", "0.99")] < 0.2034
+    assert found[("broker_rtt", "0.5")] == pytest.approx(0.003, abs=1e-6)
+    assert 0.007 < found[("broker_rtt", "0.99")] < 0.2
+    assert found[("broker_queue", "0.99")] == pytest.approx(0.0034, abs=1e-6)
     # A window that sent nothing is no window.
     assert kafka_stages.broker_windows(json.loads(_statistics(7000, count=0))) == []

@@ -1,14 +1,16 @@
 """Where an OTLP request's time goes in a Kafka member, for ``/metrics``.
 
 Each request handed to Kafka is timed by stage (:data:`REQUEST_STAGES`);
-``broker`` is added beside them from librdkafka's own statistics: the time
-the records spent in the producer's queue and on the round trip to the
-brokers, measured on librdkafka's threads, which need no GIL. A delivery
+two more come from librdkafka's own statistics, measured on its threads,
+which need no GIL: ``broker_queue``, a record's time in the producer's queue
+(linger, batching, waiting for a request in flight) and ``broker_rtt``, a
+produce request's round trip to the brokers (their append, replication and
+answer, and librdkafka reading it). A delivery
 report's ``Message.latency()`` cannot tell that part apart: it is taken when
 the report's callback runs, on a Python thread that holds the GIL (it equals
-``time.monotonic()`` in the callback to 0.2 ms). So ``broker_ack`` minus
-``broker`` is the member's own wait: the delivery report waiting for the
-thread that serves it and for the GIL.
+``time.monotonic()`` in the callback to 0.2 ms). So what ``broker_ack`` has
+beyond those two is the member's own wait: the delivery report waiting for
+the thread that serves it and for the GIL.
 """
 
 from __future__ import annotations
@@ -19,19 +21,23 @@ import json
 import threading
 import time
 from collections import deque
+from typing import Any
 
 #: The stages timed on each request, in order (``total``: all of it).
 REQUEST_STAGES = ("decode", "produce", "broker_ack", "wake", "answer", "total")
-#: Every stage ``/metrics`` reports: ``broker`` is a part of ``broker_ack``.
-STAGES = (*REQUEST_STAGES, "broker")
+#: librdkafka's latency histograms behind each of its stages, all parts of
+#: ``broker_ack``: the producer's queue and the request's output buffer; the
+#: round trip.
+BROKER_STAGES = {
+    "broker_queue": ("int_latency", "outbuf_latency"),
+    "broker_rtt": ("rtt",),
+}
+#: Every stage ``/metrics`` reports.
+STAGES = (*REQUEST_STAGES, *BROKER_STAGES)
 #: ``/metrics`` reports the stages of this many requests, the last ones.
 STAGE_WINDOW = 1000
 #: How often librdkafka sums up its latencies (one window of statistics).
 STATS_INTERVAL_MS = 1000
-#: librdkafka's latency histograms of a record's way to the brokers and back:
-#: its producer queue (linger, batching), the request's output buffer, and
-#: the round trip (the broker's append and acknowledgement).
-BROKER_PARTS = ("int_latency", "outbuf_latency", "rtt")
 #: The points each histogram gives, as (key, cumulative fraction).
 _POINTS = (
     ("min", 0.0),
@@ -52,15 +58,16 @@ class Stages:
     records and handing them to the producer), ``broker_ack`` (until the last
     acknowledgement was served), ``wake`` (until the request's thread ran
     again), ``answer`` (until the answer was written). The acknowledgement
-    latency is the sum; which stage grows says what to change. ``broker``
-    (see the module) is the part of ``broker_ack`` the member does not add."""
+    latency is the sum; which stage grows says what to change. The
+    ``broker_*`` stages (see the module) are the parts of ``broker_ack`` the
+    member does not add."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: deque[tuple[float, ...]] = deque(maxlen=STAGE_WINDOW)
         self._received: deque[float] = deque(maxlen=STAGE_WINDOW)
-        #: (end of the window, its record count, its summed quantile points).
-        self._windows: deque[tuple[float, int, tuple[float, ...]]] = deque()
+        #: (end of the window, stage, its count, its quantile points).
+        self._windows: deque[tuple[float, str, int, tuple[float, ...]]] = deque()
 
     def observe(self, received: float, stamps: tuple[float, ...], answered: float) -> None:
         times = (received, *stamps, answered)
@@ -87,7 +94,7 @@ class Stages:
         """Seconds by (stage, quantile), over the requests in the window."""
         with self._lock:
             rows = list(self._rows)
-            windows = [(count, marks) for _, count, marks in self._windows]
+            windows = list(self._windows)
         found: dict[tuple[str, str], float] = {}
         if not rows:
             return found
@@ -96,26 +103,28 @@ class Stages:
             for point in points:
                 at = min(len(values) - 1, int(point * len(values)))
                 found[(stage, f"{point:g}")] = values[at]
-        if windows:
-            for point in points:
-                found[("broker", f"{point:g}")] = merged_quantile(windows, point)
+        for stage in BROKER_STAGES:
+            ours = [(count, marks) for _, name, count, marks in windows if name == stage]
+            for point in points if ours else ():
+                found[(stage, f"{point:g}")] = merged_quantile(ours, point)
         return found
 
 
-def broker_windows(stats: dict[str, object]) -> list[tuple[int, tuple[float, ...]]]:
-    """One statistics window, a (records, seconds at each of :data:`_POINTS`)
-    per broker that was sent records in it; the three parts of
-    :data:`BROKER_PARTS` added point by point (each record's longest parts
-    taken together: an upper bound of their sum's quantile, so what is left
-    of ``broker_ack`` is the member's at least)."""
+def broker_windows(stats: dict[str, Any]) -> list[tuple[str, int, tuple[float, ...]]]:
+    """One statistics window, a (stage, count, seconds at each of
+    :data:`_POINTS`) per stage of :data:`BROKER_STAGES` and broker that was
+    sent records in it. A stage of two histograms adds them point by point
+    (the longest of each taken together: an upper bound of their sum's
+    quantile; the output buffer's is a few microseconds)."""
     brokers = stats.get("brokers")
     found = []
     for broker in brokers.values() if isinstance(brokers, dict) else ():
-        parts = [broker.get(name) or {} for name in BROKER_PARTS]
-        count = int(parts[0].get("cnt", 0))
-        if count > 0:
-            marks = tuple(sum(part.get(key, 0) for part in parts) / 1e6 for key, _ in _POINTS)
-            found.append((count, marks))
+        for stage, names in BROKER_STAGES.items():
+            parts = [broker.get(name) or {} for name in names]
+            count = int(parts[0].get("cnt", 0))
+            if count > 0:
+                marks = tuple(sum(part.get(key, 0) for part in parts) / 1e6 for key, _ in _POINTS)
+                found.append((stage, count, marks))
     return found
 
 
