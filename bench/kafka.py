@@ -122,9 +122,9 @@ def stages(member: ServeProcess) -> dict[tuple[str, str], float]:
 
 
 def show_stages(found: dict[tuple[str, str], float]) -> None:
-    order = ("decode", "produce", "broker_ack", "wake", "answer", "total")
-    print("  stage (in the member)   p50 ms   p99 ms")
-    for stage in order:
+    order = ("decode", "produce", "broker_ack", "broker_queue", "broker_rtt", "wake", "answer")
+    print("  stage (in the member)   p50 ms   p99 ms  (broker_queue, broker_rtt: in broker_ack)")
+    for stage in (*order, "total"):
         p50, p99 = found.get((stage, "0.5"), 0.0), found.get((stage, "0.99"), 0.0)
         print(f"  {stage:<22}{p50:8.1f}{p99:9.1f}")
 
@@ -175,7 +175,13 @@ def latency_ab(args: argparse.Namespace) -> None:
     in turns, A first in odd rounds and B first in even ones."""
     root = Path(tempfile.mkdtemp(prefix="bench-kafka-ab."))
     cluster = start(root / "kafka")
-    b_env = {"PYTHONPATH": str(Path(args.ab_tree).resolve())} if args.ab_tree else {}
+    b_env = {}
+    if args.ab_tree:
+        # Without PYTHONSAFEPATH, ``python -m`` puts the working directory
+        # (this tree, when the bench runs from it) before PYTHONPATH, and B
+        # would run A's code.
+        assert sys.version_info >= (3, 11), "--ab-tree needs PYTHONSAFEPATH (Python 3.11+)"
+        b_env = {"PYTHONPATH": str(Path(args.ab_tree).resolve()), "PYTHONSAFEPATH": "1"}
     b_args = [item for pair in args.ab_config for item in ("--kafka-config", pair)]
     try:
         with FakePlatform() as platform:
@@ -185,24 +191,58 @@ def latency_ab(args: argparse.Namespace) -> None:
             }
             for index in range(args.latency_ab):
                 for name in ("A", "B") if index % 2 == 0 else ("B", "A"):
-                    load = os.getloadavg()[0]
-                    p50, p99 = latency(members[name], args.rate, args.seconds, f"{name}{index}")
-                    found = stages(members[name])
-                    inside = " ".join(
-                        f"{stage} {found.get((stage, '0.5'), 0):.0f}/"
-                        f"{found.get((stage, '0.99'), 0):.0f}"
-                        for stage in ("decode", "produce", "broker_ack", "wake", "answer")
-                    )
-                    print(
-                        f"round {index + 1} {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
-                        f"(load average {load:.2f}, 2 cores); p50/p99 ms {inside}",
-                        flush=True,
-                    )
+                    ab_round(members[name], name, index, args)
             for member in members.values():
                 member.stop(signal.SIGKILL)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def ab_round(member: ServeProcess, name: str, index: int, args: argparse.Namespace) -> None:
+    """One paced run on one member: the sender's p50/p99, the member's
+    stages (its last 1,000 requests: a run of 10 s at 1,000 episodes/s) and
+    its CPU per episode, from the run's start until it delivered them all
+    (each round starts with both members idle, none delivering a backlog)."""
+    load = os.getloadavg()[0]
+    cpu = cpu_seconds(member)
+    p50, p99 = latency(member, args.rate, args.seconds, f"{name}{index}")
+    found = stages(member)
+    wait_for(lambda: pending(member) == 0, 600, "the member to deliver the round")
+    per_episode = (cpu_seconds(member) - cpu) / (args.rate * args.seconds) * 1e6
+    inside = " ".join(
+        f"{stage} {found.get((stage, '0.5'), 0):.0f}/{found.get((stage, '0.99'), 0):.0f}"
+        for stage in (
+            "decode",
+            "produce",
+            "broker_ack",
+            "broker_queue",
+            "broker_rtt",
+            "wake",
+            "answer",
+        )
+    )
+    print(
+        f"round {index + 1} {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+        f"(load average {load:.2f}, 2 cores); CPU {per_episode:.0f} us/episode; "
+        f"p50/p99 ms {inside}",
+        flush=True,
+    )
+
+
+def cpu_seconds(member: ServeProcess) -> float:
+    """The member process's user and system CPU time, from ``/proc``."""
+    assert member.process is not None
+    fields = Path(f"/proc/{member.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pending(member: ServeProcess) -> float:
+    """``/metrics``' episodes stored and not delivered yet."""
+    for line in httpx.get(f"{member.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("prime_runs_otel_episodes_pending "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def paced(url: str, rate: int, seconds: float, tag: str) -> tuple[float, float]:

@@ -12,10 +12,12 @@ import shutil
 import signal
 import time
 
+import httpx
 import pytest
 from kafka_fleet import Fleet, all_closed, assert_books, fleet, kafka, run_bodies, wait_for
-from test_receiver import episodes, post
+from test_receiver import ServeProcess, episodes, post
 
+from prime_runs_otel.collector import kafka_stages
 from prime_runs_otel.testing.kafka_broker import Cluster
 
 __all__ = ["fleet", "kafka"]  # the fixtures
@@ -78,3 +80,44 @@ def test_brokers_that_do_not_answer_are_overload_never_a_loss(fleet: Fleet, kafk
     fleet.send(body, random.Random(1))
     wait_for(lambda: all_closed(fleet.platform, ["broker-away"]), 300, "the run to close")
     assert_books(fleet.platform, {"broker-away": records})
+
+
+def _stage_seconds(member: ServeProcess) -> dict[tuple[str, str], float]:
+    """``/metrics``' ``kafka_request_stage_seconds``, by (stage, quantile)."""
+    found = {}
+    for line in httpx.get(f"{member.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("prime_runs_otel_kafka_request_stage_seconds{"):
+            labels, value = line.split("{", 1)[1].split("} ")
+            pairs = dict(item.split("=", 1) for item in labels.split(","))
+            found[(pairs["stage"].strip('"'), pairs["quantile"].strip('"'))] = float(value)
+    return found
+
+
+def test_a_members_metrics_split_an_acknowledgement_into_the_brokers_part_and_its_own(
+    fleet: Fleet,
+) -> None:
+    """Each stage of a request appears on ``/metrics``, and the parts
+    librdkafka measured (``broker_queue``: its queue, ``broker_rtt``: the
+    round trip) come from the producer's statistics once a window is in."""
+    member = fleet.add()
+    records = episodes(9, seed=950)
+    for body in run_bodies(records, "stages", 3):
+        assert post(member.traces_url, body).status_code == 200
+    # A window of statistics may hold a request's round trip and not its
+    # records' queue (they were batched in the window before): both, then.
+    found = wait_for(
+        lambda: (
+            all(((stage, "0.99") in seconds) for stage in kafka_stages.STAGES) and seconds
+            if (seconds := _stage_seconds(member))
+            else None
+        ),
+        60,
+        "librdkafka's statistics on /metrics",
+    )
+    for stage in kafka_stages.STAGES:
+        assert 0 <= found[(stage, "0.5")] <= found[(stage, "0.99")], stage
+    assert 0 < found[("broker_rtt", "0.5")] < 10
+    assert 0 < found[("broker_queue", "0.5")] < 10
+    assert found[("total", "0.5")] > 0
+    wait_for(lambda: all_closed(fleet.platform, ["stages"]), 300, "the run to close")
+    assert_books(fleet.platform, {"stages": records})

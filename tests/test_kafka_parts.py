@@ -4,6 +4,7 @@ through, and how a request is cut into records."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 from prime_runs_otel import semconv
-from prime_runs_otel.collector import kafka_ingest
+from prime_runs_otel.collector import kafka_ingest, kafka_stages
 from prime_runs_otel.deliver.kafka.owner import CREATE_GRACE, FleetOwnership, NotOwned
 from prime_runs_otel.deliver.kafka.settings import parse_client_config
 from prime_runs_otel.deliver.kafka.state import RunState
@@ -142,13 +143,66 @@ def _cut_and_check(sizes: list[int]) -> None:
 
 
 def test_a_requests_stages_add_up_to_its_time_and_the_window_keeps_the_last() -> None:
-    stages = kafka_ingest.Stages()
-    for n in range(kafka_ingest.STAGE_WINDOW + 10):
+    stages = kafka_stages.Stages()
+    for n in range(kafka_stages.STAGE_WINDOW + 10):
         slow = 1.0 if n < 10 else 0.0  # the oldest requests, out of the window
         # received 0; handed off, produced, acknowledged, resumed; answered
         stages.observe(0.0, (0.001, 0.002 + slow, 0.030 + slow, 0.031 + slow), 0.035 + slow)
     found = stages.quantiles()
     assert found[("broker_ack", "0.99")] == pytest.approx(0.028)
     assert found[("total", "0.5")] == pytest.approx(0.035)
-    parts = sum(found[(stage, "0.5")] for stage in kafka_ingest.STAGES if stage != "total")
+    parts = sum(found[(stage, "0.5")] for stage in kafka_stages.REQUEST_STAGES if stage != "total")
     assert parts == pytest.approx(found[("total", "0.5")])
+    assert ("broker_rtt", "0.5") not in found  # no statistics from librdkafka yet
+
+
+def _histogram(p50_us: int, p99_us: int, count: int) -> dict[str, int]:
+    """A latency histogram as librdkafka's statistics give it (microseconds)."""
+    return {
+        "min": p50_us // 2, "max": p99_us * 2, "avg": p50_us, "cnt": count, "p50": p50_us,
+        "p75": p50_us, "p90": p50_us, "p95": p50_us, "p99": p99_us, "p99_99": p99_us * 2,
+    }  # fmt: skip
+
+
+def _statistics(rtt_p99_us: int, count: int = 200) -> str:
+    """A statistics window of librdkafka's, shaped as the producer emits it:
+    the bootstrap entry sent nothing, the broker took ``count`` records."""
+    return json.dumps(
+        {
+            "name": "rdkafka#producer-1",
+            "replyq": 0,
+            "brokers": {
+                "127.0.0.1:9092/bootstrap": {"rtt": {"cnt": 0}, "int_latency": {"cnt": 0}},
+                "127.0.0.1:9092/1": {
+                    "int_latency": _histogram(2000, 3000, count),
+                    "outbuf_latency": _histogram(50, 400, count),
+                    "rtt": _histogram(3000, rtt_p99_us, count),
+                },
+            },
+        }
+    )
+
+
+def test_the_brokers_part_of_an_acknowledgement_is_librdkafkas_own_measure() -> None:
+    """``broker_queue`` adds librdkafka's queue and output buffer point by
+    point, ``broker_rtt`` is its round trip; windows of statistics are
+    merged by their counts."""
+    stages = kafka_stages.Stages()
+    stages.observe(time.monotonic(), (0.001, 0.002, 0.050, 0.051), 0.052)
+    stages.librdkafka_statistics(_statistics(rtt_p99_us=7000))
+    found = stages.quantiles()
+    assert found[("broker_queue", "0.5")] == pytest.approx(0.00205, abs=1e-6)
+    assert found[("broker_queue", "0.99")] == pytest.approx(0.0034, abs=1e-6)
+    assert found[("broker_rtt", "0.5")] == pytest.approx(0.003, abs=1e-6)
+    assert found[("broker_rtt", "0.99")] == pytest.approx(0.007, abs=1e-6)
+    # A second window like the first leaves the quantiles as they were; one
+    # with a stalled round trip raises the p99 of both together, not the p50.
+    stages.librdkafka_statistics(_statistics(rtt_p99_us=7000))
+    assert stages.quantiles()[("broker_rtt", "0.99")] == pytest.approx(0.007, abs=1e-6)
+    stages.librdkafka_statistics(_statistics(rtt_p99_us=200000, count=400))
+    found = stages.quantiles()
+    assert found[("broker_rtt", "0.5")] == pytest.approx(0.003, abs=1e-6)
+    assert 0.007 < found[("broker_rtt", "0.99")] < 0.2
+    assert found[("broker_queue", "0.99")] == pytest.approx(0.0034, abs=1e-6)
+    # A window that sent nothing is no window.
+    assert kafka_stages.broker_windows(json.loads(_statistics(7000, count=0))) == []

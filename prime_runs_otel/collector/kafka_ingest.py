@@ -17,12 +17,10 @@ the member that owns the run, which logs it.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import sys
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -34,6 +32,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from .. import semconv
 from ..deliver.kafka.settings import MAX_RECORD_BYTES, KafkaSettings
 from .intake import Verdict, episode_spans
+from .kafka_stages import STATS_INTERVAL_MS, Stages
 
 logger = logging.getLogger(__name__)
 
@@ -44,31 +43,35 @@ ACK_TIMEOUT = 10.0
 KAFKA_RETRY_AFTER = 2
 #: A run's spans of one request are cut into records of about this size.
 RECORD_TARGET_BYTES = 4 * 1024 * 1024
-#: The GIL's switch interval in a member (see :class:`KafkaIngest`).
-SWITCH_INTERVAL = 0.001
-#: Where an OTLP request's time goes in a member, in order (``total``: all of it).
-STAGES = ("decode", "produce", "broker_ack", "wake", "answer", "total")
-#: ``/metrics`` reports the stages of this many requests, the last ones.
-STAGE_WINDOW = 1000
 #: Header naming what a record holds.
 KIND_HEADER = "prime-runs-otel"
 TRACES, LOGS = b"traces", b"logs"
 
 
 class KafkaIngest:
-    """The producer of one member, shared by its request threads."""
+    """The producer of one member, shared by its request threads.
+
+    The GIL's switch interval stays Python's (5 ms). A shorter one was meant
+    to let request threads take the GIL from the delivery work sooner, but
+    interleaved with the default (two runs of four rounds each, either
+    member first, 1,000 episodes/s paced for 10 s, load average 1.1-7.4 on
+    two cores) 1 ms had the higher sender p99 in 7 of 8 pairs (median 319
+    against 264 ms), no shorter ``wake`` (p99 median 40 against 38 ms) and
+    no less CPU per episode: the tail is not the request threads waiting a
+    switch interval, it is the cores (see :mod:`.kafka_stages`)."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
-        # A request's thread waits for its acknowledgement, then for the GIL
-        # while the consumer loop and the uploader compute in this process:
-        # each of those waits lasted up to the switch interval (5 ms by
-        # default), several times on the way to an answer. At 1 ms, the p99
-        # from the acknowledgement to the request's thread running again
-        # fell from 72 to 38 ms on a loaded two-core machine.
-        sys.setswitchinterval(SWITCH_INTERVAL)
-        self._producer = Producer(settings.ingest_producer())
         self.stages = Stages()
+        self._producer = Producer(
+            {
+                # The brokers' part of an acknowledgement, as librdkafka saw it
+                # (a statistics interval of the user's own is kept).
+                "statistics.interval.ms": STATS_INTERVAL_MS,
+                "stats_cb": self.stages.librdkafka_statistics,
+                **settings.ingest_producer(),
+            }
+        )
         self._stopping = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="kafka-ingest", daemon=True)
         self._poller.start()
@@ -188,40 +191,6 @@ class _Acks:
             if self.error is None:
                 self.error = reason
             self.done.set()
-
-
-class Stages:
-    """Where the last :data:`STAGE_WINDOW` requests' time went, from their
-    body read to their answer sent: ``decode`` (waiting for a worker,
-    decompressing, decoding, checking), ``produce`` (cutting the request into
-    records and handing them to the producer), ``broker_ack`` (until the last
-    acknowledgement was served), ``wake`` (until the request's thread ran
-    again), ``answer`` (until the answer was written). The acknowledgement
-    latency is the sum; which stage grows says what to change."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._rows: deque[tuple[float, ...]] = deque(maxlen=STAGE_WINDOW)
-
-    def observe(self, received: float, stamps: tuple[float, ...], answered: float) -> None:
-        times = (received, *stamps, answered)
-        row = tuple(later - earlier for earlier, later in itertools.pairwise(times))
-        with self._lock:
-            self._rows.append((*row, answered - received))
-
-    def quantiles(self, points: tuple[float, ...] = (0.5, 0.99)) -> dict[tuple[str, str], float]:
-        """Seconds by (stage, quantile), over the requests in the window."""
-        with self._lock:
-            rows = list(self._rows)
-        found: dict[tuple[str, str], float] = {}
-        if not rows:
-            return found
-        for index, stage in enumerate(STAGES):
-            values = sorted(row[index] for row in rows)
-            for point in points:
-                at = min(len(values) - 1, int(point * len(values)))
-                found[(stage, f"{point:g}")] = values[at]
-        return found
 
 
 def _run_key(resource: Resource) -> str | None:

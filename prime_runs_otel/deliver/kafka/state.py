@@ -28,7 +28,7 @@ refused, saying so: its fields may mean what this member cannot know.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: 1: up to ``uncertain`` (``finalizing`` and ``uncertain`` were added
@@ -56,7 +56,13 @@ class RunState:
     uncertain_before: int = 0
 
     def encode(self) -> bytes:
-        return json.dumps({"v": VERSION, **asdict(self)}, separators=(",", ":")).encode()
+        """The record's value. Written at every commit of the run's progress,
+        with ``delivered`` growing to every episode of a long run: the fields
+        go to ``json`` as they are (``dataclasses.asdict`` deep-copied each
+        id first, and was most of a commit's encoding: 15% of a member's
+        delivery thread at 1,000 episodes/s, by sampling)."""
+        data = {"v": VERSION, **{item.name: getattr(self, item.name) for item in fields(self)}}
+        return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> RunState:
