@@ -6,7 +6,10 @@ them) in records an owner finished are never read again by the next owner,
 which skips the run's records up to the state's ``through``: the state
 carries their count, so the run's final count holds every one, once. A
 state an older member wrote (the layout before that count) is read with the
-missing fields defaulted, as during a rolling upgrade.
+missing fields defaulted, as during a rolling upgrade. A run's start (its
+first record, done only once the run is closed) does not hold ``through``
+back: the state lists it to be read again, and stays the size of what is in
+flight rather than of the whole run.
 """
 
 from __future__ import annotations
@@ -45,15 +48,15 @@ class Member:
     def take_over(self, state: RunState | None) -> None:
         self.book = self.books.book(RUN, 0, {RUN: state} if state else {})
 
-    def take(self, offset: int, *episode_ids: str) -> None:
+    def take(self, offset: int, *episode_ids: str, control: bool = False) -> None:
         """A record of the run, as the consumer loop takes it (skipped up to
-        ``through``, as the loop skips it)."""
+        ``through`` but for the state's ``controls``, as the loop skips it)."""
         assert self.book is not None
-        if offset <= self.book.through:
+        if self.book.skips(offset):
             return
         batch = RunBatch(RunIdentity(local_id=RUN), episodes=[_arrival(i) for i in episode_ids])
         self.spool.intake.ingest([batch], mode="online", register_producer=False)
-        self.book.records.append(Record(offset, frozenset(episode_ids), control=False))
+        self.book.records.append(Record(offset, frozenset(episode_ids), control=control))
         self.books.adopt(RUN, self.book)
 
     def samples_uncertain(self, *episode_ids: str) -> None:
@@ -129,6 +132,35 @@ def test_every_episode_counted_uncertain_by_any_owner_is_in_the_final_count_once
     assert c.state().through == 2
 
 
+def test_a_runs_start_does_not_hold_through_back_and_a_new_owner_reads_it_again(
+    members: list[Member],
+) -> None:
+    a, b, _ = members
+    a.take_over(None)
+    a.take(0, "e1", "e2", control=True)  # the run's start, with its first episodes
+    a.take(1, "e3")
+    a.take(2, "e4", "e5")
+    a.deliver("e1", "e2", "e3", "e4")
+    first = a.state()
+    assert (first.through, first.controls) == (1, [0])
+    # The start is read again: its episodes go in the state; e3's record is done.
+    assert first.delivered == ["e1", "e2", "e4"]
+
+    b.take_over(first)
+    b.take(0, "e1", "e2", control=True)
+    b.take(1, "e3")
+    b.take(2, "e4", "e5")
+    states = b.spool.handover.stored_ids(RUN, ["e1", "e2", "e3", "e4", "e5"])
+    assert states == {"e1": "delivered", "e2": "delivered", "e4": "delivered", "e5": "pending"}
+    second = b.state()
+    assert (second.through, second.controls, second.delivered) == (1, [0], ["e1", "e2", "e4"])
+
+    b.deliver("e5")
+    b.spool.adopt(RUN, close_state="closed")
+    closed = b.state()
+    assert (closed.through, closed.controls, closed.delivered) == (2, [], [])
+
+
 def test_a_state_of_the_layout_before_is_read_with_the_missing_fields_defaulted() -> None:
     """During a rolling upgrade the next owner may be of the new version and
     the state of the old: read, never refused (refused, the run would be taken
@@ -137,6 +169,7 @@ def test_a_state_of_the_layout_before_is_read_with_the_missing_fields_defaulted(
     state = RunState.decode(json.dumps(written).encode())
     assert state == RunState("r", 2, through=41, platform_id="p-1")
     assert (state.uncertain, state.uncertain_before, state.finalizing) == ([], 0, False)
+    assert state.controls == []
 
 
 def test_a_state_of_a_newer_version_is_refused_saying_what_to_do() -> None:

@@ -5,7 +5,11 @@ went out, and what a previous owner left; and the run state
 
 A record counts as done once none of its episodes waits for delivery (and,
 for a run's start, end or metrics, once the run is closed): a new owner
-skips a run's records up to its state's ``through``.
+skips a run's records up to its state's ``through``, but for the records of
+a run's start, end or metrics that are not done yet: ``through`` passes them
+(they are listed in the state's ``controls`` and read again by a new owner),
+so that a run's start does not hold it back until the run closes, and a
+state stays the size of what is in flight, not of the whole run.
 """
 
 from __future__ import annotations
@@ -61,6 +65,35 @@ class RunBook:
     uncertain_before: int = 0
     adopted: bool = False
     written: bytes = b""
+    #: Records up to ``through`` not done: a run's start, end or metrics.
+    controls: list[Record] = field(default_factory=list)
+    #: Offsets up to ``through`` a previous owner left to read again (its ``controls``).
+    reread: frozenset[int] = frozenset()
+
+    def skips(self, offset: int) -> bool:
+        """A record done already (by this owner or an earlier one): not read again."""
+        return offset <= self.through and offset not in self.reread
+
+    def first_offset(self) -> int | None:
+        """The first offset a new owner must read from, ``None`` when none is left."""
+        offsets = [record.offset for record in self.controls[:1]]
+        if self.records:
+            offsets.append(self.records[0].offset)
+        return min(offsets, default=None)
+
+    def advance(self, run: RunRow | None, waiting: set[str]) -> None:
+        """Drop the done records at the head; a run's start, end or metrics
+        not done, none of its episodes waiting, is passed too, kept in
+        ``controls`` until the run is closed."""
+        while self.records:
+            head = self.records[0]
+            if not _done(head, run, waiting):
+                if not head.control or head.episode_ids & waiting:
+                    break
+                self.controls.append(head)
+            self.records.popleft()
+            self.through = max(self.through, head.offset)
+        self.controls = [record for record in self.controls if not _done(record, run, waiting)]
 
 
 @dataclass
@@ -89,6 +122,7 @@ class RunBooks:
             state = states.get(key)
             if state is not None and state.partition == partition:
                 book.through = state.through
+                book.reread = frozenset(state.controls)
                 book.delivered_elsewhere = set(state.delivered)
                 book.uncertain_elsewhere = set(state.uncertain)
                 book.uncertain_before = state.uncertain_before
@@ -161,9 +195,8 @@ class RunBooks:
         handover = self._spool.handover
         run = self._spool.reading.run(key)
         waiting = held | (handover.undelivered_ids(key) if run is not None else set())
-        while book.records and _done(book.records[0], run, waiting):
-            book.through = book.records.popleft().offset
-        remaining = {i for record in book.records for i in record.episode_ids}
+        book.advance(run, waiting)
+        remaining = {i for record in (*book.controls, *book.records) for i in record.episode_ids}
         stored = handover.stored_ids(key, remaining) if run is not None and remaining else {}
         delivered = {i for i, s in stored.items() if s == "delivered"}
         # A sample request's episodes are "sending" from its start to its answer.
@@ -189,6 +222,7 @@ class RunBooks:
             finalizing=book.finalizing and not (run is not None and run.closed),
             uncertain=sorted(uncertain | book.sampling | book.uncertain_elsewhere),
             uncertain_before=book.uncertain_before + _uncertain_done(run, stored),
+            controls=[record.offset for record in book.controls],
         )
 
     def _sending(self, key: str, book: RunBook, run: RunRow | None) -> list[tuple[str, list[str]]]:

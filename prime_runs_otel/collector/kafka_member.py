@@ -236,8 +236,8 @@ class KafkaMember:
         offset = message.offset()
         assert self._table is not None
         book = self._books.book(key, partition, self._table.states)
-        if offset <= book.through:
-            return True  # delivered by an earlier owner
+        if book.skips(offset):
+            return True  # done, by an earlier owner
         kind = dict(message.headers() or ()).get(KIND_HEADER)
         if kind == LOGS:
             self._logs.accept(ExportLogsServiceRequest.FromString(message.value()), owned=True)
@@ -398,8 +398,9 @@ class KafkaMember:
             first = owned.position
             for key, book in self._books.in_partition(partition):
                 state = self._books.settle(key, book, held.get(key, set()))
-                if book.records:
-                    first = min(first, book.records[0].offset)
+                left = book.first_offset()
+                if left is not None:
+                    first = min(first, left)
                 value = state.encode()
                 if value != book.written:
                     states.append(state)

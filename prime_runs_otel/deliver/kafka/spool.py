@@ -7,6 +7,7 @@ and never sends them again), a run's create and its finalize."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Collection, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +24,18 @@ class FleetSpool(Spool):
     def __init__(self, path: str | Path, owner: RunOwner, **options: object) -> None:
         super().__init__(path, **options)  # type: ignore[arg-type]
         self.owner = owner
+
+    def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
+        """A connection that does not wait for the disk at each commit
+        (``synchronous=NORMAL``: in WAL mode a commit survives the process
+        dying, not the machine; the file stays whole either way). A member's
+        spool is a working copy: the records are in Kafka and a member
+        empties its spool when it starts, so the wait for the disk bought
+        nothing, and the consumer loop commits one transaction per record."""
+        db = super()._open(check_same_thread=check_same_thread)
+        if not self._read_only:
+            db.execute("PRAGMA synchronous=NORMAL")
+        return db
 
     @cached_property
     def delivery(self) -> FleetDelivery:

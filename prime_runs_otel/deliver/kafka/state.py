@@ -16,7 +16,13 @@ owner never sends them again and counts them uncertain, as one process does
 after a restart (``deliver/sinks/samples.py``); ``uncertain_before``: how
 many episodes this owner and those before it counted uncertain in records up
 to ``through``, which the next owner never reads again: it adds them to the
-run's count, so the run's final count holds every one, once.
+run's count, so the run's final count holds every one, once; ``controls``:
+the offsets, up to ``through``, of records that carry a run's start, end or
+metrics and are not done (done once the run is closed): a new owner reads
+them again, and skips the rest up to ``through``. Without it a run's start
+(its first record) held ``through`` back until the run closed, and every
+state listed every episode of the run delivered so far: each commit cost
+time in the run's size, and a long run's state outgrew a Kafka message.
 
 Versions: a member reads the states of its own layout and of every earlier
 one, the fields an earlier layout lacks defaulted (during a rolling upgrade
@@ -32,8 +38,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: 1: up to ``uncertain`` (``finalizing`` and ``uncertain`` were added
-#: without a bump, and read as their defaults when absent); 2: ``uncertain_before``.
-VERSION = 2
+#: without a bump, and read as their defaults when absent); 2: ``uncertain_before``;
+#: 3: ``controls``.
+VERSION = 3
 
 
 @dataclass
@@ -54,6 +61,8 @@ class RunState:
     uncertain: list[str] = field(default_factory=list)
     #: Counted uncertain in records up to ``through`` (version 2; 0 before).
     uncertain_before: int = 0
+    #: Records up to ``through`` read again: a run's start, end or metrics (version 3).
+    controls: list[int] = field(default_factory=list)
 
     def encode(self) -> bytes:
         """The record's value. Written at every commit of the run's progress,
