@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import compileall
 import gc
-import gzip
 import hashlib
 import json
 import os
@@ -203,7 +202,6 @@ def child_upload_floor(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     import orjson
 
     from prime_runs_otel.deliver.platform.http import UPLOAD_TIMEOUT
-    from prime_runs_otel.deliver.platform.traces import GZIP_LEVEL
     from prime_runs_otel.deliver.sinks.traces import TRACES_BATCH_BYTES
 
     run_id = uuid.uuid4().hex
@@ -215,9 +213,7 @@ def child_upload_floor(episodes: list[dict[str, Any]]) -> dict[str, Any]:
         # Most of it loading the CA bundle, once per process (as the
         # uploader's clients share one TLS context): shown apart.
         setup = time.process_time() - cpu0
-        uploaded = sum(
-            _post(client, url, batch, GZIP_LEVEL) for batch in _uploads(lines, TRACES_BATCH_BYTES)
-        )
+        uploaded = sum(_post(client, url, batch) for batch in _uploads(lines, TRACES_BATCH_BYTES))
     cpu = time.process_time() - cpu0
     return {"cpu": cpu, "setup_cpu": setup, "carried": uploaded}
 
@@ -244,23 +240,23 @@ def _uploads(lines: list[bytes], budget: int) -> list[list[bytes]]:
     return uploads
 
 
-def _post(client: Any, url: str, lines: list[bytes], level: int) -> int:
+def _post(client: Any, url: str, lines: list[bytes]) -> int:
     """One upload as the uploader sends it (PLATFORM.md: multipart metadata
-    and gzip'd lines, keyed by the digest of the lines); its line count once
-    the platform has committed it."""
+    and gzip'd lines, keyed by the digest of the lines, both made by the
+    uploader's own functions); its line count once the platform has
+    committed it."""
+    from prime_runs_otel.deliver.platform.traces import compress_lines, upload_key
+
     body = b"".join(lines)
     metadata = json.dumps({"schema_version": 1, "context": {"source": "floor"}}).encode()
     response = client.post(
         url,
-        headers={
-            "Idempotency-Key": f"sha256:{hashlib.sha256(body).hexdigest()}",
-            "X-Prime-Line-Format": "episode",
-        },
+        headers={"Idempotency-Key": upload_key(body), "X-Prime-Line-Format": "episode"},
         files={
             "metadata": (None, metadata, "application/json"),
             "traces": (
                 "traces.jsonl",
-                gzip.compress(body, compresslevel=level, mtime=0),
+                compress_lines(body),
                 "application/x-ndjson",
                 {"Content-Encoding": "gzip"},
             ),
