@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..._json import plain_copy
 from ...errors import ConfigError
 
 __all__ = ["metrics_row", "plain_record", "record_of", "step_of"]
@@ -112,7 +113,7 @@ def record_of(episode: Any) -> dict[str, Any]:
 def plain_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """A record as the spool would read it back (plain JSON): a copy of its
     own, whatever else holds the record."""
-    plain = json.loads(json.dumps(record, default=str))
+    plain = plain_copy(record)
     if not isinstance(plain, dict):
         raise ConfigError("the episode's record is not a JSON object")
     return plain
