@@ -79,6 +79,30 @@ _RECORD_OPTIONS = (
 )
 
 
+def plain_copy(value: Any) -> Any:
+    """``json.loads(json.dumps(value, default=str))``: the value as a reader
+    of its JSON gets it back, a copy of its own, three times faster where
+    orjson gives the same.
+
+    orjson's copy is kept only when it equals the value: then the value held
+    nothing orjson writes differently (a non-finite float, which it writes
+    as ``null``; a ``UUID`` or an ``Enum``, which it writes its own way; a
+    tuple, read back as a list), and nothing it refuses (the types
+    :data:`_RECORD_OPTIONS` leaves out, non-string keys, integers beyond 64
+    bits), which the standard library copies instead.
+    """
+    try:
+        copy = orjson.loads(orjson.dumps(value, option=_RECORD_OPTIONS))
+    except orjson.JSONEncodeError:
+        copy = _NOT_COPIED
+    if copy is not _NOT_COPIED and copy == value:
+        return copy
+    return json.loads(json.dumps(value, default=str))
+
+
+_NOT_COPIED: Any = object()
+
+
 def dumps_record(record: Mapping[str, Any]) -> bytes:
     """An episode record as compact UTF-8 JSON (see :func:`encode_record`)."""
     return encode_record(record)[0]

@@ -5,6 +5,7 @@ under, whatever odd values the record holds."""
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import threading
@@ -99,3 +100,65 @@ _json_values = st.recursive(
 @given(key=st.one_of(_json_values, st.integers().map(_Index), st.tuples(st.integers())))
 def test_the_rollout_key_is_spelt_as_json_dumps_spells_it(key: Any) -> None:
     assert rollout_key_text(key) == json.dumps(key, sort_keys=True, default=str)
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+class _Text(str):
+    """A str subclass."""
+
+
+_odd_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.sampled_from(["\ud800", -0.0, math.nan, math.inf, _Colour.RED, _Index(3), _Text("t")]),
+    st.uuids(),
+    st.datetimes(),
+    st.floats(min_value=0, max_value=1e6).map(_Seconds),
+)
+_odd_values = st.recursive(
+    _odd_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(
+            st.one_of(st.text(max_size=3), st.integers(), st.none()), inner, max_size=3
+        )
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=st.one_of(_odd_values, st.dictionaries(st.text(max_size=3), _odd_values, max_size=4)))
+def test_a_plain_copy_is_what_the_standard_librarys_round_trip_gives(value: Any) -> None:
+    expected = json.loads(json.dumps(value, default=str))
+    copy = _json.plain_copy(value)
+    # repr tells NaN from None, 1 from 1.0 and True, a list from a tuple.
+    assert repr(copy) == repr(expected)
+    assert [type(item) for item in _walk(copy)] == [type(item) for item in _walk(expected)]
+
+
+def test_a_plain_copy_of_a_record_is_its_own() -> None:
+    for record in synthetic_episodes(20, seed=3):
+        copy = _json.plain_copy(record)
+        assert copy == json.loads(json.dumps(record, default=str))
+        assert copy is not record
+        assert copy["traces"] is not record["traces"]
+
+
+def _walk(value: Any) -> list[Any]:
+    """Every value nested in ``value``, keys included, depth first."""
+    found = [value]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += [key, *_walk(item)]
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found += _walk(item)
+    return found

@@ -37,8 +37,9 @@ from ...read.projection import STEP_TABLE_INTERVAL, step_table_parquet
 from ...semconv import FRAMEWORK_PRIME_RL
 from ..delivery import IN_PROCESS, Delivery, Exported, InProcess, exporter_names, load_exporter
 from .exit import ExitWatch
-from .rows import metrics_row, record_of, step_of
+from .rows import metrics_row, step_of
 from .run_fields import ATTACH_ENV, api_base_url, run_config, run_fields, shared_run_id
+from .table_records import TableRecords
 from .workers import Committer, Recorder, Rollouts
 
 __all__ = [
@@ -170,6 +171,8 @@ class PlatformReporting:
         self._committer: Committer | None = None
         self._recorder: Recorder | None = None
         self._rollouts: Rollouts | None = None
+        #: On the recorder's thread: the records of table steps' rollouts.
+        self._table_records = TableRecords()
 
     # -- prime-rl's Monitor ---------------------------------------------------------
 
@@ -219,7 +222,7 @@ class PlatformReporting:
         rollouts = self._rollouts
         if subset == "all" and self.owner and rollouts is not None:
             # Every rollout passes here, on prime-rl's loop: the shortest way in.
-            rollouts.add(episodes, step)
+            rollouts.add(episodes, step, kind)
             return
         self._live()
         if not self.owner or rollouts is None or subset == "all":
@@ -228,10 +231,11 @@ class PlatformReporting:
         if kind == "train" and episodes and step % STEP_TABLE_INTERVAL == 0:
             self._send_table(list(episodes), step)
 
-    def _record(self, episode: Any, step: int) -> None:
+    def _record(self, episode: Any, step: int, kind: str) -> None:
+        """On the recorder's thread: one rollout to the run."""
         assert self.delivery is not None
         try:
-            self.delivery.record(episode)
+            self.delivery.record(self._table_records.for_run(episode, step, kind))
         except Exception as exc:
             self._reject("episode", f"an episode of step {step} was refused: {exc}")
 
@@ -276,11 +280,11 @@ class PlatformReporting:
 
     def _write_table(self, delivery: Delivery, episodes: list[Any], step: int) -> None:
         records = []
-        for episode in episodes:
-            try:
-                records.append(record_of(episode))
-            except Exception as exc:
-                self._reject("episode", f"an episode of step {step} has no record: {exc}")
+        for record in self._table_records.table_records(episodes, step):
+            if isinstance(record, Exception):
+                self._reject("episode", f"an episode of step {step} has no record: {record}")
+            else:
+                records.append(record)
         body = step_table_parquet(records, "", step) if records else None
         if body is not None:
             delivery.step_table(step, body)

@@ -13,9 +13,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..._json import plain_copy
 from ...errors import ConfigError
 
-__all__ = ["metrics_row", "record_of", "step_of"]
+__all__ = ["metrics_row", "plain_record", "record_of", "step_of"]
 
 
 def metrics_row(
@@ -106,7 +107,13 @@ def record_of(episode: Any) -> dict[str, Any]:
     record = to_record() if callable(to_record) else episode
     if not isinstance(record, Mapping):
         raise ConfigError(f"a {type(episode).__name__} is not a verifiers Episode")
-    plain = json.loads(json.dumps(record, default=str))
+    return plain_record(record)
+
+
+def plain_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record as the spool would read it back (plain JSON): a copy of its
+    own, whatever else holds the record."""
+    plain = plain_copy(record)
     if not isinstance(plain, dict):
         raise ConfigError("the episode's record is not a JSON object")
     return plain

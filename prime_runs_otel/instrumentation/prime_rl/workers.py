@@ -107,17 +107,18 @@ class Rollouts:
     BATCH = 64
     WITHIN = 0.5
 
-    def __init__(self, recorder: Recorder, record: Callable[[Any, int], None]) -> None:
+    def __init__(self, recorder: Recorder, record: Callable[[Any, int, str], None]) -> None:
         self._recorder = recorder
         self._record = record
-        self._pending: list[tuple[Any, int]] = []
+        self._pending: list[tuple[Any, int, str]] = []
         self._timer: asyncio.TimerHandle | None = None
 
-    def add(self, episodes: Iterable[Any], step: int) -> None:
-        """On the event loop: ``episodes`` of ``step``, in their order."""
+    def add(self, episodes: Iterable[Any], step: int, kind: str) -> None:
+        """On the event loop: ``episodes`` of ``step`` (``kind`` ``train`` or
+        ``eval``), in their order."""
         pending = self._pending
         for episode in episodes:  # one at a time, as prime-rl logs them: no generator
-            pending.append((episode, step))
+            pending.append((episode, step, kind))
         if len(pending) >= self.BATCH:
             self.hand_over()
         elif pending and self._timer is None:
@@ -133,9 +134,9 @@ class Rollouts:
         self._timer = None
         self.hand_over()
 
-    def _record_all(self, batch: list[tuple[Any, int]]) -> None:
-        for episode, step in batch:
+    def _record_all(self, batch: list[tuple[Any, int, str]]) -> None:
+        for episode, step, kind in batch:
             try:
-                self._record(episode, step)  # its own failures are its rollout's rejection
+                self._record(episode, step, kind)  # its own failures are its rollout's rejection
             except Exception as exc:  # one rollout's, never the rest of its batch's
                 logger.warning("prime-rl run: %s", exc)
