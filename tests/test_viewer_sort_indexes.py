@@ -9,6 +9,7 @@ them: tests/test_read_only_store.py."""
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -93,8 +94,9 @@ def test_a_new_spool_has_no_value_index_after_a_run(spool_dir: Path) -> None:
 
 
 def test_the_first_sorted_page_makes_its_index_and_lists_what_an_eager_spool_lists(
-    tmp_path: Path, spool_dir: Path, spool: Spool
+    tmp_path: Path, spool_dir: Path, spool: Spool, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="prime_runs_otel.deliver.spool.core")
     run_id = spool.reading.runs()[0].local_id
     eager = open_spool(_eager_copy(spool_dir, tmp_path / "eager"))
     try:
@@ -114,6 +116,8 @@ def test_the_first_sorted_page_makes_its_index_and_lists_what_an_eager_spool_lis
     finally:
         eager.close()
     assert set(MADE_ON_FIRST_USE) <= _indexes(spool_dir)
+    made = [record.getMessage().split()[3] for record in caplog.records if "made the" in record.msg]
+    assert sorted(made) == sorted(MADE_ON_FIRST_USE)  # each once, for all those pages
 
 
 def test_a_run_stored_after_its_index_was_made_is_sorted_by_it(
