@@ -13,9 +13,12 @@ Then each page is fetched over HTTP from the viewer (``prime-runs-otel ui``
 in this process, on loopback), `show` printed in this process and run as a
 command (beside ``cli_start``, the same interpreter printing its version:
 what any command costs before it does anything), each several times;
-figures are the median, printed as ``name value unit``.
+figures are the median, printed as ``name value unit``, and the first
+answer of each page apart (``first_name``): with ``--unsorted`` the store
+has no index by reward, tokens or duration yet, as a store nobody sorted by
+a value, so the first page sorted by each pays for making its index.
 
-    python bench/viewer.py [--episodes 1000000] [--spool-dir DIR] [--rounds 5]
+    python bench/viewer.py [--episodes 1000000] [--spool-dir DIR] [--rounds 5] [--unsorted]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -153,13 +157,34 @@ def main() -> None:
     parser.add_argument(
         "--pages-only", action="store_true", help="time the pages, not the `show` command"
     )
+    parser.add_argument(
+        "--unsorted",
+        action="store_true",
+        help="take away the indexes made on first use first, as in a store never sorted by a "
+        "value: the first page sorted by each then makes its index (printed as first_...)",
+    )
     args = parser.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory() as scratch:
         spool_dir = args.spool_dir or scratch
         spool = build(spool_dir, args.episodes, args.other, args.train)
         print(f"spool_size {spool.housekeeping.size_bytes() / 2**30:.2f} GiB")
+        if args.unsorted:
+            drop_indexes_made_on_first_use(spool)
         measure(spool_dir, spool, args.rounds, pages_only=args.pages_only)
+
+
+def drop_indexes_made_on_first_use(spool: Spool) -> None:
+    """The store as a new one that nobody sorted by a value yet (a store
+    built by a release that made these indexes as episodes were stored has
+    them too)."""
+    from prime_runs_otel.deliver.spool.schema import MADE_ON_FIRST_USE
+
+    spool.close()
+    db = sqlite3.connect(spool.path)
+    for name in MADE_ON_FIRST_USE:
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+    db.close()
 
 
 def measure(spool_dir: str, spool: Spool, rounds: int, *, pages_only: bool = False) -> None:
@@ -198,7 +223,11 @@ def measure(spool_dir: str, spool: Spool, rounds: int, *, pages_only: bool = Fal
         httpx.Client(base_url=server.url, timeout=60) as client,
     ):
         for name, path in pages.items():
+            started = time.perf_counter()
             answer = client.get(path)
+            # The first answer: pages sorted by a value in a store never
+            # sorted by it make its index then (see --unsorted).
+            print(f"first_{name} {(time.perf_counter() - started) * 1000:.0f} ms")
             if answer.status_code == 404 and name.startswith("api_charts"):
                 print(f"{name} n/a")  # a viewer from before the charts had their address
                 continue

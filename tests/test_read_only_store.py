@@ -13,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -118,10 +121,10 @@ def test_changing_a_store_that_cannot_be_written_says_so(
     assert _digest(store) == before
 
 
-def test_the_viewer_serves_a_store_that_cannot_be_written(
-    read_only_store: tuple[Path, str],
-) -> None:
-    store, local_id = read_only_store
+@contextmanager
+def _viewer(store: Path) -> Iterator[tuple[str, list[str]]]:
+    """``prime-runs-otel ui`` on the store: its address (without the final
+    slash), and a list that holds what it logged once it has stopped."""
     command = ["ui", "--no-browser", "--port", "0", "--spool-dir", str(store)]
     viewer = subprocess.Popen(
         [sys.executable, "-m", "prime_runs_otel.cli", *command],
@@ -129,15 +132,58 @@ def test_the_viewer_serves_a_store_that_cannot_be_written(
         stderr=subprocess.PIPE,
         text=True,
     )
+    logged: list[str] = []
     try:
         assert viewer.stdout is not None
         first = viewer.stdout.readline()
         assert first.startswith("viewer of "), first + viewer.stderr.read()
-        url = first.rsplit(": ", 1)[1].strip()
-        page = httpx.get(url, timeout=60)
-        assert page.status_code == 200 and "shared-results" in page.text
-        run_page = httpx.get(f"{url.rstrip('/')}/runs/{local_id}", timeout=60)
-        assert run_page.status_code == 200, run_page.text[:500]
+        yield first.rsplit(": ", 1)[1].strip().rstrip("/"), logged
     finally:
         viewer.terminate()
-        viewer.communicate(timeout=60)
+        logged.append(viewer.communicate(timeout=60)[1])
+
+
+def test_the_viewer_serves_a_store_that_cannot_be_written(
+    read_only_store: tuple[Path, str],
+) -> None:
+    store, local_id = read_only_store
+    with _viewer(store) as (url, _):
+        page = httpx.get(url, timeout=60)
+        assert page.status_code == 200 and "shared-results" in page.text
+        run_page = httpx.get(f"{url}/runs/{local_id}", timeout=60)
+        assert run_page.status_code == 200, run_page.text[:500]
+
+
+def test_the_viewer_sorts_a_store_that_cannot_be_written_without_making_an_index(
+    read_only_store: tuple[Path, str],
+) -> None:
+    """A store written by this release has no index by reward or tokens
+    until someone sorts by them, and here nobody can make one: the pages
+    are read without it, the same episodes in the same order."""
+    store, local_id = read_only_store
+    # Read where the run was written: SQLite keeps a file it closes open while
+    # another connection of this process holds the same file (the run's), and
+    # the mount of a store of root's could not be taken away.
+    written = Path(os.environ["PRIME_RUNS_OTEL_DIR"]) / "spool.sqlite3"
+    db = sqlite3.connect(f"file:{written}?mode=ro", uri=True)
+    stored = db.execute(
+        "SELECT episode_id, seq, reward, tokens FROM episodes WHERE run_id = ?", (local_id,)
+    ).fetchall()
+    db.close()
+    before = _digest(store)
+    with _viewer(store) as (url, logged):
+        for sort, column in (("reward", 2), ("tokens", 3), ("reward", 2)):
+            page = httpx.get(f"{url}/runs/{local_id}/episodes?sort={sort}&order=desc", timeout=60)
+            assert page.status_code == 200, page.text[:500]
+            listed = re.findall(rf'href="/runs/{local_id}/episodes/([^"/?]+)"', page.text)
+            ordered = sorted(
+                (row for row in stored if row[column] is not None),
+                key=lambda row: (row[column], row[1]),
+                reverse=True,
+            )
+            assert listed == [row[0] for row in ordered], sort
+    (errors,) = logged
+    assert "Traceback" not in errors
+    assert errors.count("has no index episodes_by_reward") == 1, errors
+    assert errors.count("has no index episodes_by_tokens") == 1, errors
+    assert _digest(store) == before

@@ -187,6 +187,7 @@ class SpoolCore:
         self._local = threading.local()
         self._warned_full = False  # see size.py
         self._reported_damaged: set[str] = set()  # see runs.py
+        self._indexes_usable: dict[str, bool] = {}  # see index_made
         try:
             # Private when created here: records hold prompts and completions.
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -228,6 +229,7 @@ class SpoolCore:
         spool._local = threading.local()
         spool._warned_full = False
         spool._reported_damaged = set()
+        spool._indexes_usable = {}
         spool._writer_db = None
         spool._writer_pid = 0
         spool._read_only = True
@@ -399,6 +401,52 @@ class SpoolCore:
                 schema.migrate(db, version)
         except sqlite3.Error as exc:
             raise SpoolError(f"cannot initialise the spool {str(self.path)!r}: {exc}") from exc
+
+    def index_made(self, name: str) -> bool:
+        """Whether the index ``name`` (one of ``schema.MADE_ON_FIRST_USE``)
+        is there to read through, made now if it is not: asked once per
+        index and process, so only the first page that needs it pays.
+
+        It is made in one write transaction, which waits its turn behind a
+        run being written (the busy timeout) and holds the next commit back
+        while it is built. Where it cannot be made (a store this user cannot
+        write, a full disk) it is said once in the log and ``False`` is the
+        answer: the caller reads without it, the same rows, slower."""
+        usable = self._indexes_usable.get(name)
+        if usable is None:
+            usable = self._make_index(name)
+            self._indexes_usable[name] = usable
+        return usable
+
+    def _make_index(self, name: str) -> bool:
+        present = self._query(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)
+        )
+        if present:
+            return True
+        if self._read_only:
+            logger.warning(
+                "the store %s has no index %s and this user cannot write it: pages sorted by "
+                "its value are read without it (the same rows, slower on a large run)",
+                self.path.parent,
+                name,
+            )
+            return False
+        started = time.monotonic()
+        try:
+            with self._transaction() as db:
+                db.execute(schema.index_on_first_use(name))
+        except (SpoolError, sqlite3.Error) as exc:
+            logger.warning(
+                "could not make the index %s of the spool %s (%s): pages sorted by its value "
+                "are read without it (the same rows, slower on a large run)",
+                name,
+                self.path,
+                shown(str(exc)),
+            )
+            return False
+        logger.info("made the index %s in %.1f s", name, time.monotonic() - started)
+        return True
 
     def _run_script(self, sql: str) -> None:
         """Statements run to their end outside any transaction, on the

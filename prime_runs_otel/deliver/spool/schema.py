@@ -254,15 +254,39 @@ ADDED_COLUMNS = {
 #: nothing.
 INDEXES = """
 CREATE INDEX IF NOT EXISTS episodes_by_run ON episodes (run_id, seq);
-CREATE INDEX IF NOT EXISTS episodes_by_reward ON episodes (run_id, reward);
-CREATE INDEX IF NOT EXISTS episodes_by_tokens ON episodes (run_id, tokens);
-CREATE INDEX IF NOT EXISTS episodes_by_duration ON episodes (run_id, duration);
 CREATE INDEX IF NOT EXISTS episodes_failed
     ON episodes (run_id, error_type, reward, tokens, duration) WHERE error_type IS NOT NULL;
 CREATE INDEX IF NOT EXISTS episodes_by_example ON episodes (run_id, example);
 CREATE INDEX IF NOT EXISTS episodes_without_facts ON episodes (run_id, seq)
     WHERE ok IS NULL OR ok < 0;
 """
+
+#: The viewer's indexes by a value of the episode (name: column), made the first time a
+#: page is read through one (``SpoolCore.index_made``), not on open.
+#:
+#: Why not on open: a new episode's reward, tokens and duration land
+#: anywhere inside these, not at their end, so on a long run every commit
+#: of ``export()`` rewrote about a page of each per episode
+#: (docs/performance.md); most runs are never sorted by a value, and
+#: every run paid. A spool that has them (made by an earlier release, or
+#: once sorted) keeps them, kept up to date by SQLite as any index.
+#:
+#: Why ``SCHEMA_VERSION`` stays: an earlier release opening such a spool to
+#: write makes them again on open (its ``INDEXES`` still lists them), and
+#: reads everything else as before. The one thing it cannot read past is a
+#: page sorted by a value in its viewer, when it opens the spool read-only
+#: (it names them in ``INDEXED BY``): bumping the version would make that
+#: release refuse the whole spool instead, read-only or not.
+MADE_ON_FIRST_USE = {
+    "episodes_by_reward": "reward",
+    "episodes_by_tokens": "tokens",
+    "episodes_by_duration": "duration",
+}
+
+
+def index_on_first_use(name: str) -> str:
+    """The statement that makes ``name``, one of :data:`MADE_ON_FIRST_USE`."""
+    return f"CREATE INDEX IF NOT EXISTS {name} ON episodes (run_id, {MADE_ON_FIRST_USE[name]})"
 
 
 #: How many episodes of each run are in each state, kept by triggers on

@@ -14,6 +14,7 @@ from ..._json import loads as fast_loads
 from ...read.projection import EpisodeDigest, digest_episode
 from .part import SpoolPart
 from .runs import RunRow
+from .schema import MADE_ON_FIRST_USE
 from .views import (
     EPISODE_INDEXES,
     FACT_COLUMNS,
@@ -192,7 +193,7 @@ class SpoolViews(SpoolPart):
         order = f"{column} {direction}, seq {direction}"
         rows = self._query(
             f"SELECT {_FACT_ROW_COLUMNS} FROM episodes e WHERE e.seq IN "
-            f"(SELECT e.seq FROM episodes e{_indexed_by(index)} WHERE e.run_id = ?{clauses} "
+            f"(SELECT e.seq FROM episodes e{self._indexed_by(index)} WHERE e.run_id = ?{clauses} "
             f"ORDER BY e.{order} LIMIT ? OFFSET ?) ORDER BY e.{order}",
             (run_id, *params, limit, offset),
         )
@@ -217,10 +218,23 @@ class SpoolViews(SpoolPart):
 
     def _count(self, run_id: str, index: str | None, clauses: str, params: list[Any]) -> int:
         rows = self._query(
-            f"SELECT COUNT(*) FROM episodes e{_indexed_by(index)} WHERE e.run_id = ?{clauses}",
+            f"SELECT COUNT(*) FROM episodes e{self._indexed_by(index)} WHERE e.run_id = ?{clauses}",
             (run_id, *params),
         )
         return int(rows[0][0])
+
+    def _indexed_by(self, index: str | None) -> str:
+        """The clause that reads through ``index``; one made on first use is
+        made now, and where it cannot be, the clause is left out (naming a
+        missing index is an error): SQLite then finds the run's episodes
+        through another index and sorts them itself."""
+        if index is None:
+            return ""
+        if index not in EPISODE_INDEXES:
+            raise ValueError(f"no index {index!r} to read episodes through")
+        if index in MADE_ON_FIRST_USE and not self._core.index_made(index):
+            return ""
+        return f" INDEXED BY {index}"
 
     def waiting_count(self, run: RunRow) -> int:
         """Episodes not yet delivered (pending, or on their way): of a local
@@ -369,14 +383,6 @@ class SpoolViews(SpoolPart):
             db.executemany(f"UPDATE episodes SET {assignments} WHERE seq = ?", updates)
             add_to_views(db, run_id, read)
             return len(rows)
-
-
-def _indexed_by(index: str | None) -> str:
-    if index is None:
-        return ""
-    if index not in EPISODE_INDEXES:
-        raise ValueError(f"no index {index!r} to read episodes through")
-    return f" INDEXED BY {index}"
 
 
 def _digest_of(body: bytes | None) -> EpisodeDigest | None:
