@@ -201,15 +201,20 @@ def latency_ab(args: argparse.Namespace) -> None:
 
 def ab_round(member: ServeProcess, name: str, index: int, args: argparse.Namespace) -> None:
     """One paced run on one member: the sender's p50/p99, the member's
-    stages (its last 1,000 requests: a run of 10 s at 1,000 episodes/s) and
+    stages (its last 1,000 requests: a run of 10 s at 1,000 episodes/s),
     its CPU per episode, from the run's start until it delivered them all
-    (each round starts with both members idle, none delivering a backlog)."""
+    (each round starts with both members idle, none delivering a backlog),
+    and how long that took: a member that delivers less of a round while
+    the round is sent leaves its cores to the acknowledgements, and its
+    backlog to after the round."""
     load = os.getloadavg()[0]
     cpu = cpu_seconds(member)
     before = member_counts(member)
+    began = time.monotonic()
     p50, p99 = latency(member, args.rate, args.seconds, f"{name}{index}")
     found = stages(member)
     wait_for(lambda: pending(member) == 0, 600, "the member to deliver the round")
+    delivered = time.monotonic() - began
     sent = args.rate * args.seconds
     per_episode = (cpu_seconds(member) - cpu) / sent * 1e6
     loop = passes_and_loop(before, member_counts(member), sent, args.seconds)
@@ -228,6 +233,7 @@ def ab_round(member: ServeProcess, name: str, index: int, args: argparse.Namespa
     print(
         f"round {index + 1} {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
         f"(load average {load:.2f}, 2 cores); CPU {per_episode:.0f} us/episode; {loop}; "
+        f"all delivered {delivered:.0f} s after the first send; "
         f"p50/p99 ms {inside}",
         flush=True,
     )

@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from test_receiver import ServeProcess, episodes
 
 from prime_runs_otel.collector.kafka_ingest import KIND_HEADER, TRACES, KafkaIngest
+from prime_runs_otel.collector.kafka_records import MAX_PASS_BYTES
 from prime_runs_otel.collector.kafka_table import ensure_topics
 from prime_runs_otel.deliver.kafka.settings import KafkaSettings
 from prime_runs_otel.testing import FakePlatform
@@ -47,6 +48,8 @@ def _backlog(fleet: Fleet, runs: Mapping[str, Sequence[dict[str, Any]]], pieces:
     settings = _settings(fleet)
     ensure_topics(settings)
     bodies = {key: run_bodies(records, key, pieces) for key, records in runs.items()}
+    size = sum(len(body) for parts in bodies.values() for body in parts)
+    assert size < MAX_PASS_BYTES, "the backlog must fit in one pass: make it smaller"
     ingest = KafkaIngest(settings)
     try:
         for index in range(pieces):
@@ -148,7 +151,7 @@ def test_a_member_killed_after_a_pass_before_its_commit_leaves_each_episode_once
     committed offset, skips what the run states say is done, marks what was
     delivered, and sends the rest (each episode stored once, each run
     created and finalized once)."""
-    runs = {f"kill-{n}": episodes(12, seed=1400 + n) for n in range(3)}
+    runs = {f"kill-{n}": episodes(8, seed=1400 + n) for n in range(3)}
     records = _backlog(fleet, runs, pieces=4)
     fleet.platform.set_latency(0.5)  # the kill lands with the delivery under way
     first = fleet.add()

@@ -31,11 +31,12 @@ from .logs_intake import LogIntake
 
 logger = logging.getLogger(__name__)
 
-#: The most record bytes one pass into the spool takes. A pass holds its
-#: requests decoded and its spans read at once; this bounds that memory and
-#: how long the loop is away from its intents, while records of ten
-#: episodes (~125 KB) still go some sixteen to a pass.
-MAX_PASS_BYTES = 2 * 1024 * 1024
+#: The most record bytes one pass into the spool takes. A pass reads its
+#: spans in pure Python, holding the GIL while the threads that answer
+#: requests wait for it: at 2 MiB (some fifteen records of ten episodes,
+#: ~125 KB each) the acknowledgements at 1,000 episodes/s were slower than
+#: at 512 KiB (about four), which keeps most of the saving (docs/scaling.md).
+MAX_PASS_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
