@@ -201,15 +201,23 @@ def latency_ab(args: argparse.Namespace) -> None:
 
 def ab_round(member: ServeProcess, name: str, index: int, args: argparse.Namespace) -> None:
     """One paced run on one member: the sender's p50/p99, the member's
-    stages (its last 1,000 requests: a run of 10 s at 1,000 episodes/s) and
+    stages (its last 1,000 requests: a run of 10 s at 1,000 episodes/s),
     its CPU per episode, from the run's start until it delivered them all
-    (each round starts with both members idle, none delivering a backlog)."""
+    (each round starts with both members idle, none delivering a backlog),
+    and how long that took: a member that delivers less of a round while
+    the round is sent leaves its cores to the acknowledgements, and its
+    backlog to after the round."""
     load = os.getloadavg()[0]
     cpu = cpu_seconds(member)
+    before = member_counts(member)
+    began = time.monotonic()
     p50, p99 = latency(member, args.rate, args.seconds, f"{name}{index}")
     found = stages(member)
     wait_for(lambda: pending(member) == 0, 600, "the member to deliver the round")
-    per_episode = (cpu_seconds(member) - cpu) / (args.rate * args.seconds) * 1e6
+    delivered = time.monotonic() - began
+    sent = args.rate * args.seconds
+    per_episode = (cpu_seconds(member) - cpu) / sent * 1e6
+    loop = passes_and_loop(before, member_counts(member), sent, args.seconds)
     inside = " ".join(
         f"{stage} {found.get((stage, '0.5'), 0):.0f}/{found.get((stage, '0.99'), 0):.0f}"
         for stage in (
@@ -224,7 +232,8 @@ def ab_round(member: ServeProcess, name: str, index: int, args: argparse.Namespa
     )
     print(
         f"round {index + 1} {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
-        f"(load average {load:.2f}, 2 cores); CPU {per_episode:.0f} us/episode; "
+        f"(load average {load:.2f}, 2 cores); CPU {per_episode:.0f} us/episode; {loop}; "
+        f"all delivered {delivered:.0f} s after the first send; "
         f"p50/p99 ms {inside}",
         flush=True,
     )
@@ -235,6 +244,37 @@ def cpu_seconds(member: ServeProcess) -> float:
     assert member.process is not None
     fields = Path(f"/proc/{member.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def member_counts(member: ServeProcess) -> dict[str, float]:
+    """``/metrics``' figures of the member's consumer loop (none from a
+    tree whose member does not report them)."""
+    found = {}
+    for line in httpx.get(f"{member.url}/metrics", timeout=30).text.splitlines():
+        for name in ("kafka_intakes_total", 'kafka_records_total{outcome="taken"}'):
+            if line.startswith(f"prime_runs_otel_{name} "):
+                found[name] = float(line.split()[-1])
+        if line.startswith("prime_runs_otel_kafka_loop_cpu_seconds_total "):
+            found["loop_cpu"] = float(line.split()[-1])
+    return found
+
+
+def passes_and_loop(
+    before: dict[str, float], after: dict[str, float], sent: float, seconds: float
+) -> str:
+    """The round's intake passes (spool transactions) per second of sending,
+    records per pass and the consumer loop thread's CPU per episode."""
+    if "kafka_intakes_total" not in after:
+        return "passes and loop CPU not reported"
+    passes = after["kafka_intakes_total"] - before.get("kafka_intakes_total", 0)
+    records = after['kafka_records_total{outcome="taken"}'] - before.get(
+        'kafka_records_total{outcome="taken"}', 0
+    )
+    loop = (after["loop_cpu"] - before.get("loop_cpu", 0)) / sent * 1e6
+    return (
+        f"{passes / seconds:.0f} passes/s, {records / max(passes, 1):.1f} records/pass, "
+        f"loop CPU {loop:.0f} us/episode"
+    )
 
 
 def pending(member: ServeProcess) -> float:

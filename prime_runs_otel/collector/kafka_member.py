@@ -41,8 +41,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as Partition
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from .._text import shown
 from ..deliver.kafka.owner import FleetOwnership, Intent
@@ -51,9 +49,9 @@ from ..deliver.kafka.spool import FleetSpool
 from ..deliver.kafka.state import RunState
 from ..errors import ConfigError
 from .intake import SpanIntake
-from .kafka_books import Owned, Record, RunBooks, episode_ids
+from .kafka_books import Owned, RunBooks
 from .kafka_commit import Fenced, StateWriter
-from .kafka_ingest import KIND_HEADER, LOGS
+from .kafka_records import RecordIntake, passes
 from .kafka_table import RunTable, ensure_topics
 from .logs_intake import LogIntake
 
@@ -82,12 +80,12 @@ class KafkaMember:
         self._member = member
         self._spool = spool
         self._intake = intake
-        self._logs = logs
         self._ownership = ownership
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._owned: dict[int, Owned] = {}
         self._books = RunBooks(spool, ownership)
+        self._records = RecordIntake(intake, logs, self._books)
         self._writer = StateWriter(settings, member)
         self._last_commit = 0.0
         self._consumer: Consumer | None = None
@@ -95,6 +93,8 @@ class KafkaMember:
         self._table: RunTable | None = None
         #: What /metrics reports: records behind the end of owned partitions.
         self.lag = 0
+        #: What /metrics reports: the CPU time of the loop's thread so far.
+        self.cpu_seconds = 0.0
         self.error: str | None = None
 
     # -- start and stop -----------------------------------------------------------------
@@ -169,6 +169,7 @@ class KafkaMember:
                 elif self._ownership.wanted.is_set():
                     self._commit_intents()
                 self.error = None
+                self.cpu_seconds = time.thread_time()
             except Fenced as exc:
                 self._give_up(str(exc))
                 return
@@ -189,37 +190,47 @@ class KafkaMember:
         self._stopping.set()
 
     def _take(self, messages: Iterable[Any]) -> None:
-        blocked: set[int] = set()
+        """The records of one ``consume()`` into the spool, each partition's
+        in as few intake passes as :func:`.kafka_records.passes` cuts them."""
+        by_partition: dict[int, list[Any]] = {}
         for message in messages:
-            error = message.error()
-            # A fatal error arrives as an event of code _FATAL (its flag unset).
-            if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
-                raise Fenced(
-                    f"the Kafka consumer cannot go on ({error.str()}); if another serve runs "
-                    "under this member's --kafka-member, give each its own"
-                )
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    logger.warning("Kafka: %s", error.str())
-                continue
-            partition = message.partition()
-            owned = self._owned.get(partition)
-            if owned is None or partition in blocked:
-                continue
-            if not self._take_one(message, partition):
+            if self._readable(message) and message.partition() in self._owned:
+                by_partition.setdefault(message.partition(), []).append(message)
+        for partition, records in by_partition.items():
+            self._take_partition(partition, records)
+
+    def _readable(self, message: Any) -> bool:
+        """A record, not an error event; raises :class:`Fenced` on a fatal one."""
+        error = message.error()
+        if error is None:
+            return True
+        # A fatal error arrives as an event of code _FATAL (its flag unset).
+        if error.fatal() or error.code() == KafkaError._FATAL:
+            raise Fenced(
+                f"the Kafka consumer cannot go on ({error.str()}); if another serve runs "
+                "under this member's --kafka-member, give each its own"
+            )
+        if error.code() != KafkaError._PARTITION_EOF:
+            logger.warning("Kafka: %s", error.str())
+        return False
+
+    def _take_partition(self, partition: int, records: list[Any]) -> None:
+        owned = self._owned[partition]
+        for batch in passes(records):
+            assert self._table is not None
+            if not self._records.take(partition, batch, self._table.states):
                 # Not taken now (the spool is full or failing): read again later.
                 assert self._consumer is not None
                 self._consumer.seek(
-                    Partition(self._settings.episodes_topic, partition, message.offset())
+                    Partition(self._settings.episodes_topic, partition, batch[0].offset())
                 )
                 owned.blocked_until = time.monotonic() + 1.0
-                blocked.add(partition)
-                continue
-            owned.position = message.offset() + 1
+                return
+            owned.position = batch[-1].offset() + 1
             if self._ownership.wanted.is_set():
-                self._commit_between_records()
+                self._commit_between_passes()
 
-    def _commit_between_records(self) -> None:
+    def _commit_between_passes(self) -> None:
         """An upload, create or finalize waits for a commit: it gets one
         now, not after the rest of a batch of up to 500 records is read into
         the spool (which took seconds while a backlog was read). A failure
@@ -230,27 +241,6 @@ class KafkaMember:
             raise
         except Exception as exc:
             logger.warning("Kafka: a commit between records failed (%s)", shown(exc))
-
-    def _take_one(self, message: Any, partition: int) -> bool:
-        key = (message.key() or b"").decode("utf-8", "replace")
-        offset = message.offset()
-        assert self._table is not None
-        book = self._books.book(key, partition, self._table.states)
-        if book.skips(offset):
-            return True  # done, by an earlier owner
-        kind = dict(message.headers() or ()).get(KIND_HEADER)
-        if kind == LOGS:
-            self._logs.accept(ExportLogsServiceRequest.FromString(message.value()), owned=True)
-            return True
-        request = ExportTraceServiceRequest.FromString(message.value())
-        verdict = self._intake.accept(request, owned=True)
-        if verdict.outcome in ("full", "unavailable"):
-            return False
-        ids, control = episode_ids(request)
-        if key:
-            book.records.append(Record(offset, ids, control))
-            self._books.adopt(key, book)
-        return True
 
     # -- rebalancing --------------------------------------------------------------------
 

@@ -44,6 +44,20 @@ FIGURES: dict[str, tuple[str, str]] = {
         "gauge",
         "with --kafka: records of this member's partitions not read yet",
     ),
+    "kafka_records_total": (
+        "counter",
+        "with --kafka: records of this member's partitions read, by outcome (taken into the "
+        "spool, skipped: done by an earlier owner, damaged: unreadable and let go)",
+    ),
+    "kafka_intakes_total": (
+        "counter",
+        "with --kafka: passes that took records into the spool (one transaction each, for "
+        "all the records of a partition one read returned)",
+    ),
+    "kafka_loop_cpu_seconds_total": (
+        "counter",
+        "with --kafka: CPU time of the thread that reads the records into the spool",
+    ),
     "kafka_request_stage_seconds": (
         "gauge",
         "with --kafka: where an OTLP/HTTP request's time went, from its body read to its "
@@ -110,6 +124,7 @@ def render(
     spool_max_bytes: int,
     now: float | None = None,
     kafka_lag: int | None = None,
+    kafka_loop_cpu: float | None = None,
     kafka_stages: dict[tuple[str, str], float] | None = None,
 ) -> str:
     """Every figure in the Prometheus text exposition format (0.0.4)."""
@@ -138,6 +153,8 @@ def render(
     ]
     if kafka_lag is not None:
         samples.append(("kafka_lag", {}, float(kafka_lag)))
+    if kafka_loop_cpu is not None:
+        samples.append(("kafka_loop_cpu_seconds_total", {}, kafka_loop_cpu))
     for (stage, quantile), seconds in (kafka_stages or {}).items():
         samples.append(
             ("kafka_request_stage_seconds", {"stage": stage, "quantile": quantile}, seconds)

@@ -231,6 +231,7 @@ class Receiver:
             spool_bytes=self.spool.housekeeping.used_bytes(),
             spool_max_bytes=self.spool.max_bytes,
             kafka_lag=None if self.member is None else self.member.lag,
+            kafka_loop_cpu=None if self.member is None else self.member.cpu_seconds,
             kafka_stages=None if self.ingest is None else self.ingest.stages.quantiles(),
         )
 
