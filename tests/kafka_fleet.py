@@ -69,7 +69,13 @@ class Fleet:
         with futures.ThreadPoolExecutor(count) as pool:
             return list(pool.map(lambda _: self.add(), range(count)))
 
-    def add(self, *, name: str | None = None, root: Path | None = None) -> ServeProcess:
+    def add(
+        self,
+        *,
+        name: str | None = None,
+        root: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ServeProcess:
         with self._lock:
             self._count += 1
             number = self._count
@@ -87,7 +93,7 @@ class Fleet:
         ]
         if name is not None:
             args += ["--kafka-member", name]
-        member = ServeProcess(where, member_env(where, self.platform), *args)
+        member = ServeProcess(where, {**member_env(where, self.platform), **(env or {})}, *args)
         member.ready_timeout = 120.0  # joining the group on a loaded machine
         member.start()
         with self._lock:

@@ -10,7 +10,9 @@ member's first read returns every record of it at once (one fetch)."""
 
 from __future__ import annotations
 
+import itertools
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -169,4 +171,42 @@ def test_a_member_killed_after_a_pass_before_its_commit_leaves_each_episode_once
     fleet.platform.set_latency(0)
     fleet.add()
     wait_for(lambda: all_closed(fleet.platform, list(runs)), 240, "every run to close")
+    assert_books(fleet.platform, runs)
+
+
+def _refused_full(member: ServeProcess) -> float:
+    """How many consumed records the member's spool refused as full."""
+    for line in httpx.get(f"{member.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith('prime_runs_otel_requests_total{outcome="full"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_member_whose_spool_is_full_reads_again_once_a_second_and_loses_nothing(
+    fleet: Fleet,
+) -> None:
+    """Records the spool refuses wait a second before they are read again
+    (not the next poll's 10 ms), and a member that never has room hands
+    them whole to the next owner."""
+    runs = {"full-0": episodes(6, seed=1500)}
+    records = _backlog(fleet, runs, pieces=2)
+    full = fleet.add(env={"PRIME_RUNS_OTEL_SPOOL_MAX_BYTES": "1"})
+    wait_for(lambda: _refused_full(full) >= records, 120, "the full spool's first refusal")
+    # When each refusal is seen, over a window (a loaded machine refuses
+    # less often; it never refuses sooner than the pause).
+    seen: list[float] = []
+    count = _refused_full(full)
+    while len(seen) < 4:
+        now, refused = time.monotonic(), _refused_full(full)
+        if refused > count:
+            seen.append(now)
+            count = refused
+        assert not seen or now - seen[-1] < 60, "the member stopped reading its records"
+        time.sleep(0.02)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(seen)]
+    assert min(gaps) >= 0.8, f"refused records read again after {min(gaps):.2f}s: {gaps}"
+    assert not fleet.platform.runs()
+    full.stop(signal.SIGTERM)
+    fleet.add()
+    wait_for(lambda: all_closed(fleet.platform, list(runs)), 180, "the run to close")
     assert_books(fleet.platform, runs)

@@ -62,6 +62,9 @@ COMMIT_INTERVAL = 0.5
 #: How long one poll waits for records: an intent that arrives meanwhile
 #: waits for its commit at most this long.
 POLL_SECONDS = 0.01
+#: How long a partition whose records the spool refused (full or failing)
+#: waits before they are read again.
+REFUSED_PAUSE = 1.0
 
 
 class KafkaMember:
@@ -219,16 +222,22 @@ class KafkaMember:
         for batch in passes(records):
             assert self._table is not None
             if not self._records.take(partition, batch, self._table.states):
-                # Not taken now (the spool is full or failing): read again later.
-                assert self._consumer is not None
-                self._consumer.seek(
-                    Partition(self._settings.episodes_topic, partition, batch[0].offset())
-                )
-                owned.blocked_until = time.monotonic() + 1.0
+                self._hold_back(partition, batch[0].offset())
                 return
             owned.position = batch[-1].offset() + 1
             if self._ownership.wanted.is_set():
                 self._commit_between_passes()
+
+    def _hold_back(self, partition: int, offset: int) -> None:
+        """Not taken now (the spool is full or failing): read from ``offset``
+        again in :data:`REFUSED_PAUSE` seconds. Paused meanwhile, or the next
+        poll (10 ms later) would fetch and refuse the same records again, a
+        hundred times a second for as long as the spool stays full."""
+        assert self._consumer is not None
+        tp = Partition(self._settings.episodes_topic, partition, offset)
+        self._consumer.seek(tp)
+        self._consumer.pause([tp])
+        self._owned[partition].blocked_until = time.monotonic() + REFUSED_PAUSE
 
     def _commit_between_passes(self) -> None:
         """An upload, create or finalize waits for a commit: it gets one
@@ -291,8 +300,9 @@ class KafkaMember:
         now = time.monotonic()
         lag = 0
         for partition, owned in self._owned.items():
-            if owned.blocked_until and owned.blocked_until <= now:
+            if owned.blocked_until and owned.blocked_until <= now and self._consumer is not None:
                 owned.blocked_until = 0.0
+                self._consumer.resume([Partition(self._settings.episodes_topic, partition)])
             if owned.position is not None and self._consumer is not None:
                 tp = Partition(self._settings.episodes_topic, partition)
                 _, high = self._consumer.get_watermark_offsets(tp, cached=True)
@@ -323,8 +333,17 @@ class KafkaMember:
 
     def _release(self, partition: int) -> None:
         owned = self._owned.get(partition)
-        if owned is not None:
-            owned.ready = False
+        if owned is None:
+            return
+        owned.ready = False
+        if owned.blocked_until and self._consumer is not None:
+            # Not paused should it come back to this member.
+            owned.blocked_until = 0.0
+            tp = Partition(self._settings.episodes_topic, partition)
+            try:
+                self._consumer.resume([tp])
+            except KafkaException as exc:
+                logger.debug("Kafka: resuming partition %d on its way out: %s", partition, exc)
 
     def _forget(self, partitions: set[int]) -> None:
         """The partitions went to another member: their runs leave this spool."""
