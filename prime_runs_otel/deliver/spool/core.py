@@ -284,14 +284,24 @@ class SpoolCore:
         if self._read_only:
             return _open_read_only(self.path, check_same_thread=check_same_thread)
         try:
-            db = sqlite3.connect(
-                self.path,
-                timeout=60.0,
-                isolation_level=None,
-                factory=_Connection,
-                check_same_thread=check_same_thread,
-            )
-            _open_connections.add(db)
+            return self._connect(check_same_thread)
+        except sqlite3.Error as exc:
+            if not self._reserve_released_to_open(exc):
+                raise self._open_error(exc) from exc
+        try:
+            return self._connect(check_same_thread)
+        except sqlite3.Error as exc:
+            raise self._open_error(exc) from exc
+
+    def _connect(self, check_same_thread: bool) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path,
+            timeout=60.0,
+            isolation_level=None,
+            factory=_Connection,
+            check_same_thread=check_same_thread,
+        )
+        try:
             # Only a new, empty file takes these (before its first page is
             # written); an existing one keeps its own (see space.py).
             db.execute(f"PRAGMA page_size = {PAGE_SIZE}")
@@ -309,12 +319,38 @@ class SpoolCore:
             # SQLite's own, in whatever commit crosses this, is the fallback.
             (page_size,) = db.execute("PRAGMA page_size").fetchone()
             db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_BYTES // page_size}")
-        except sqlite3.Error as exc:
-            raise SpoolError(
-                f"cannot open the spool {str(self.path)!r}: {exc}. Check that the folder is "
-                "writable, or set PRIME_RUNS_OTEL_DIR to another one."
-            ) from exc
+        except BaseException:
+            db.close()
+            raise
+        _open_connections.add(db)
         return db
+
+    def _reserve_released_to_open(self, exc: sqlite3.Error) -> bool:
+        """On a full disk a connection cannot be opened: the write-ahead
+        log's files need room before the first read. The disk's reserve is
+        kept for delivery to drain the spool by, and opening is the first
+        step of it (``push`` after another program filled the disk): it is
+        released here, as for any write the full disk refuses (``size.py``).
+        Whether it was (then try again)."""
+        if not (_is_full(exc) or "unable to open database file" in str(exc)):
+            return False
+        try:
+            files.reserve_path(self.path).unlink()
+        except OSError:
+            return False
+        logger.warning(
+            "The disk holding the spool %s is full: released the spool's reserve to open it, "
+            "so that delivery can go on and free room. Free space on the disk, or move "
+            "PRIME_RUNS_OTEL_DIR to a larger one.",
+            shown(str(self.path)),
+        )
+        return True
+
+    def _open_error(self, exc: sqlite3.Error) -> SpoolError:
+        return SpoolError(
+            f"cannot open the spool {str(self.path)!r}: {exc}. Check that the folder is "
+            "writable and its disk has room, or set PRIME_RUNS_OTEL_DIR to another one."
+        )
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

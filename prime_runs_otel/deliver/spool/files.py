@@ -44,6 +44,11 @@ STORE_SUFFIXES = ("", "-wal", "-shm", "-reserve")
 _O_PATH: int | None = getattr(os, "O_PATH", None)
 
 
+def reserve_path(path: Path) -> Path:
+    """The disk reserve's file beside the spool ``path`` (see ``size.py``)."""
+    return Path(f"{path}-reserve")
+
+
 def store_files(path: Path) -> list[Path]:
     """The spool file and its companions."""
     return [Path(f"{path}{suffix}") for suffix in STORE_SUFFIXES]

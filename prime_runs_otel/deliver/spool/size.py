@@ -44,6 +44,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ..._text import human_bytes, shown
+from . import files
 from .core import SpoolFullError
 from .part import SpoolPart
 from .rows import chunks, placeholders
@@ -200,7 +201,7 @@ class SpoolSize(SpoolPart):
 
     @property
     def reserve_path(self) -> Path:
-        return Path(f"{self.path}-reserve")
+        return files.reserve_path(self.path)
 
     def disk_free(self) -> int | None:
         return disk_free(self.path.parent)
