@@ -66,6 +66,12 @@ def test_brokers_that_do_not_answer_are_overload_never_a_loss(fleet: Fleet, kafk
     """A request the brokers do not acknowledge in time is answered 503 with
     Retry-After (the client sends it again), and the run is whole once it is."""
     member = fleet.add()
+    # The member delivers (it owns the partitions) before the brokers stop:
+    # what is under test is an export the brokers do not acknowledge.
+    warm = episodes(2, seed=899)
+    (first,) = run_bodies(warm, "broker-there", 1)
+    assert post(member.traces_url, first).status_code == 200
+    wait_for(lambda: all_closed(fleet.platform, ["broker-there"]), 120, "a first run to close")
     records = episodes(6, seed=900)
     (body,) = run_bodies(records, "broker-away", 1)
     (node,) = kafka.nodes
@@ -79,7 +85,7 @@ def test_brokers_that_do_not_answer_are_overload_never_a_loss(fleet: Fleet, kafk
     assert answer.headers.get("retry-after")
     fleet.send(body, random.Random(1))
     wait_for(lambda: all_closed(fleet.platform, ["broker-away"]), 300, "the run to close")
-    assert_books(fleet.platform, {"broker-away": records})
+    assert_books(fleet.platform, {"broker-there": warm, "broker-away": records})
 
 
 def _stage_seconds(member: ServeProcess) -> dict[tuple[str, str], float]:
