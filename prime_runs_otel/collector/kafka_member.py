@@ -239,6 +239,16 @@ class KafkaMember:
         self._consumer.pause([tp])
         self._owned[partition].blocked_until = time.monotonic() + REFUSED_PAUSE
 
+    def _resume(self, partition: int, owned: Owned) -> None:
+        """Read a partition :meth:`_hold_back` paused again."""
+        owned.blocked_until = 0.0
+        if self._consumer is None:
+            return
+        try:
+            self._consumer.resume([Partition(self._settings.episodes_topic, partition)])
+        except KafkaException as exc:  # no longer assigned: nothing to resume
+            logger.debug("Kafka: resuming partition %d: %s", partition, exc)
+
     def _commit_between_passes(self) -> None:
         """An upload, create or finalize waits for a commit: it gets one
         now, not after the rest of a batch of up to 500 records is read into
@@ -300,9 +310,8 @@ class KafkaMember:
         now = time.monotonic()
         lag = 0
         for partition, owned in self._owned.items():
-            if owned.blocked_until and owned.blocked_until <= now and self._consumer is not None:
-                owned.blocked_until = 0.0
-                self._consumer.resume([Partition(self._settings.episodes_topic, partition)])
+            if owned.blocked_until and owned.blocked_until <= now:
+                self._resume(partition, owned)
             if owned.position is not None and self._consumer is not None:
                 tp = Partition(self._settings.episodes_topic, partition)
                 _, high = self._consumer.get_watermark_offsets(tp, cached=True)
@@ -336,14 +345,8 @@ class KafkaMember:
         if owned is None:
             return
         owned.ready = False
-        if owned.blocked_until and self._consumer is not None:
-            # Not paused should it come back to this member.
-            owned.blocked_until = 0.0
-            tp = Partition(self._settings.episodes_topic, partition)
-            try:
-                self._consumer.resume([tp])
-            except KafkaException as exc:
-                logger.debug("Kafka: resuming partition %d on its way out: %s", partition, exc)
+        if owned.blocked_until:
+            self._resume(partition, owned)  # not paused should it come back to this member
 
     def _forget(self, partitions: set[int]) -> None:
         """The partitions went to another member: their runs leave this spool."""

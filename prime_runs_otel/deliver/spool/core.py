@@ -332,19 +332,8 @@ class SpoolCore:
         step of it (``push`` after another program filled the disk): it is
         released here, as for any write the full disk refuses (``size.py``).
         Whether it was (then try again)."""
-        if not (_is_full(exc) or "unable to open database file" in str(exc)):
-            return False
-        try:
-            files.reserve_path(self.path).unlink()
-        except OSError:
-            return False
-        logger.warning(
-            "The disk holding the spool %s is full: released the spool's reserve to open it, "
-            "so that delivery can go on and free room. Free space on the disk, or move "
-            "PRIME_RUNS_OTEL_DIR to a larger one.",
-            shown(str(self.path)),
-        )
-        return True
+        full = _is_full(exc) or "unable to open database file" in str(exc)
+        return full and files.release_reserve(self.path)
 
     def _open_error(self, exc: sqlite3.Error) -> SpoolError:
         return SpoolError(

@@ -35,6 +35,8 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
+from ..._text import shown
+
 logger = logging.getLogger(__name__)
 
 #: The spool file's companions, by suffix ("" is the spool itself).
@@ -47,6 +49,27 @@ _O_PATH: int | None = getattr(os, "O_PATH", None)
 def reserve_path(path: Path) -> Path:
     """The disk reserve's file beside the spool ``path`` (see ``size.py``)."""
     return Path(f"{path}-reserve")
+
+
+def release_reserve(path: Path) -> bool:
+    """Give the disk reserve's room beside the spool ``path`` to the
+    spool's writes (the disk is full); ``False`` when there was none to
+    give. Said once in the log, with what to do."""
+    reserve = reserve_path(path)
+    try:
+        size = reserve.stat().st_size
+        reserve.unlink()
+    except OSError:
+        return False
+    logger.warning(
+        "The disk holding the spool %s is full: released the spool's %d-byte reserve so "
+        "that delivery can go on and free room. New episodes are refused (and counted on "
+        "their runs) until the disk has room again: free space on it, or move "
+        "PRIME_RUNS_OTEL_DIR to a larger disk.",
+        shown(str(path)),
+        size,
+    )
+    return True
 
 
 def store_files(path: Path) -> list[Path]:

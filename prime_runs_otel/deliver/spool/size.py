@@ -266,19 +266,7 @@ class SpoolSize(SpoolPart):
         the disk's last ``reserve_bytes``, so what it frees goes to delivery,
         and to the tiny writes that must never be lost (a run's end, the
         count of what was refused)."""
-        try:
-            self.reserve_path.unlink()
-        except OSError:
-            return False
-        logger.warning(
-            "The disk holding the spool %s is full: released the spool's %d-byte reserve so "
-            "that delivery can go on and free room. New episodes are refused (and counted on "
-            "their runs) until the disk has room again: free space on it, or move "
-            "PRIME_RUNS_OTEL_DIR to a larger disk.",
-            shown(str(self.path)),
-            self.reserve_bytes,
-        )
-        return True
+        return files.release_reserve(self.path)
 
     def take_reserve(self) -> None:
         """Create the reserve file, once, while the disk has room for it."""
