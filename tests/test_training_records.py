@@ -168,15 +168,35 @@ def test_naming_a_sample_table_leaves_pyarrow_dataset_unimported() -> None:
         "body = step_table_parquet([synthetic_episode(0)], '', 10)\n"
         "assert with_run_id(body, 'platform-run') != body\n"
         "print('pyarrow.dataset' in sys.modules, flush=True)\n"
-        # pyarrow 24 may abort in its own teardown at interpreter exit
-        # ("terminate called without an active exception"), whatever was read:
-        # the answer is printed by then, and the exit is not what is tested.
-        "import os; os._exit(0)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_reading_a_sample_table_starts_no_thread() -> None:
+    """Reading a sample table must not leave pyarrow's thread pool running:
+    pyarrow then aborts the process at exit in many runs ("terminate called
+    without an active exception", exit code 134) after its work is done, so
+    a delivering process would end with the wrong code. The abort is a race;
+    the threads it comes from are counted exactly (the process's own tasks,
+    in a fresh process where nothing else started pyarrow's pools)."""
+    script = (
+        "import os\n"
+        "from prime_runs_otel.produce.synthetic import synthetic_episode\n"
+        "from prime_runs_otel.read.projection import step_table_parquet, with_run_id\n"
+        "from prime_runs_otel.read.projection.step_table import unnamed_step_table\n"
+        "body = step_table_parquet([synthetic_episode(0)], '', 10)\n"
+        "before = len(os.listdir('/proc/self/task'))\n"
+        "assert unnamed_step_table(body) == 1\n"
+        "assert with_run_id(body, 'platform-run') != body\n"
+        "print(len(os.listdir('/proc/self/task')) - before, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert (done.stdout.strip(), done.returncode) == ("0", 0), done.stderr[-500:]
 
 
 def test_training_fields_belong_to_training_runs() -> None:

@@ -213,16 +213,26 @@ def with_run_id(body: bytes, run_id: str) -> bytes:
     # ParquetFile rather than read_table: the same table, without importing
     # pyarrow.dataset (about 40 ms of CPU the first time, in every process
     # that delivers a sample table).
-    ids = pq.ParquetFile(io.BytesIO(body)).read(columns=["run_id"]).column("run_id").to_pylist()
+    ids = _read_parquet(pq, body, columns=["run_id"]).column("run_id").to_pylist()
     if any(value not in (None, "") for value in ids):
         return body
-    table = pq.ParquetFile(io.BytesIO(body)).read()
+    table = _read_parquet(pq, body)
     index = table.column_names.index("run_id")
     column = pa.array([run_id] * table.num_rows, type=table.schema.field(index).type)
     named = table.set_column(index, table.schema.field(index), column)
     buffer = io.BytesIO()
     pq.write_table(named, buffer, compression="snappy", use_dictionary=True, write_statistics=True)
     return buffer.getvalue()
+
+
+def _read_parquet(pq: Any, body: bytes, columns: list[str] | None = None) -> Any:
+    """The table in ``body``, read on the calling thread. A read with
+    threads leaves pyarrow's thread pool running, and pyarrow (23 and 24)
+    then aborts the process in its own teardown at exit in most runs
+    ("terminate called without an active exception", exit code 134) after
+    all its work is done. A sample table is a few rows: one thread is
+    enough."""
+    return pq.ParquetFile(io.BytesIO(body)).read(columns=columns, use_threads=False)
 
 
 def unnamed_step_table(body: bytes) -> int:
@@ -233,7 +243,7 @@ def unnamed_step_table(body: bytes) -> int:
     pq: Any = importlib.import_module("pyarrow.parquet")
     try:
         parquet = pq.ParquetFile(io.BytesIO(body))
-        ids = parquet.read(columns=["run_id"]).column("run_id").to_pylist()
+        ids = parquet.read(columns=["run_id"], use_threads=False).column("run_id").to_pylist()
     except Exception as exc:  # pyarrow's errors have no common base of ours
         raise ValueError(f"it is not a Parquet object with a run_id column ({exc})") from exc
     if any(value not in (None, "") for value in ids):
