@@ -72,6 +72,17 @@ def test_rows_carry_the_step_and_the_time_given() -> None:
     assert json.loads(row["trajectory"])[0]["advantage"] is None
 
 
+def test_a_non_finite_advantage_is_null_in_the_trajectory_text() -> None:
+    """The JSON text columns are strict JSON: a NaN the encoder refuses is
+    written as ``null`` there, while the float column keeps it."""
+    record = synthetic_episode(0)
+    record["traces"][0]["info"]["advantage"] = float("nan")
+    [row] = _table(step_table_parquet([record], "run", 10))
+    assert "NaN" not in row["trajectory"]
+    assert json.loads(row["trajectory"])[0]["advantage"] is None
+    assert row["advantage"] != row["advantage"]  # NaN
+
+
 def test_without_pyarrow_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     assert not parquet_available()

@@ -86,8 +86,15 @@ def _step_table_schema() -> Any:
 
 def _json_column(value: Any) -> str:
     """A JSON text column, spelled as prime-rl's viewer has always read it (the
-    standard library's default separators, ASCII only)."""
-    return json.dumps(finite(value), allow_nan=False)
+    standard library's default separators, ASCII only), NaN and infinity as
+    ``null``. The encoder's refusal of a non-finite number is the detector,
+    as in ``strict_json.encode_finite``: a clean value (the common case) is
+    encoded once and never walked, where walking every value first cost more
+    than its encoding (``info`` holds the whole record)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(value), allow_nan=False)
 
 
 def step_table_rows(
