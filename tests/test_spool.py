@@ -403,3 +403,81 @@ def test_an_upload_of_more_episodes_than_one_statement_holds_claims_and_delivers
         "pending": 50,
         "delivered": 1050,
     }
+
+
+def _synchronous_at_each_commit(db: sqlite3.Connection) -> list[str]:
+    """The ``synchronous`` level each COMMIT of ``db`` runs under, from here on."""
+    level = db.execute("PRAGMA synchronous").fetchone()[0]
+    levels = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    current = [levels[level]]
+    commits: list[str] = []
+
+    def seen(statement: str) -> None:
+        if statement.upper().startswith("PRAGMA SYNCHRONOUS="):
+            current[0] = statement.split("=", 1)[1].strip().upper()
+        elif statement.upper() == "COMMIT":
+            commits.append(current[0])
+
+    db.set_trace_callback(seen)
+    return commits
+
+
+def test_an_uploads_receipt_is_committed_without_an_fsync_and_its_begin_with_one(
+    spool: Spool,
+) -> None:
+    """The receipt's commit need not wait for the disk: lost to a power cut,
+    the upload is open again with its stored bytes and key, and sending them
+    again is answered with the receipt of the stored one. The episodes'
+    commit and the upload's begin (its bytes and key, before the request
+    leaves) still wait for it, and the connection goes back to FULL."""
+    db = spool._writer_connection()
+    commits = _synchronous_at_each_commit(db)
+    spool.intake.ingest([_batch(_arrivals(3))], mode="online")
+    seqs = [row.seq for row in spool.delivery.pending_episodes("run-1", max_bytes=BIG)]
+    spool.delivery.begin_traces_upload("run-1", seqs, "upload-1", b"body", encoding="gzip")
+    spool.delivery.commit_traces_upload("run-1", "upload-1")
+    spool.intake.ingest([_batch(_arrivals(1, seed=5))], mode="online")
+    db.set_trace_callback(None)
+
+    assert commits == ["FULL", "FULL", "NORMAL", "FULL"]
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert spool.housekeeping.counts().episodes["delivered"] == 3
+
+
+_KILLED_AFTER_RECEIPT = """
+import json, os, signal, sys
+from prime_runs_otel.deliver.spool import Spool
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.episodes import EpisodeArrival
+from prime_runs_otel.read.records import RunBatch, RunIdentity
+
+spool = Spool(sys.argv[1], max_bytes=10**12)
+records = list(synthetic_episodes(2, seed=3))
+arrivals = [EpisodeArrival.of(record, json.dumps(record).encode()) for record in records]
+spool.intake.ingest([RunBatch(RunIdentity("run-1"), episodes=arrivals)], mode="online")
+seqs = [row.seq for row in spool.delivery.pending_episodes("run-1", max_bytes=10**12)]
+spool.delivery.begin_traces_upload("run-1", seqs, "upload-1", b"body", encoding="gzip")
+spool.delivery.commit_traces_upload("run-1", "upload-1")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_receipt_committed_without_an_fsync_outlives_the_process_killed_after_it(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` right after the receipt's commit: the write-ahead log holds
+    it, and the next process finds the upload over and its episodes delivered."""
+    path = tmp_path / "spool.sqlite3"
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_RECEIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr
+
+    reopened = Spool(path, max_bytes=BIG)
+    assert reopened.delivery.open_uploads("run-1") == []
+    by_state = reopened.housekeeping.counts().episodes
+    assert {state: count for state, count in by_state.items() if count} == {"delivered": 2}

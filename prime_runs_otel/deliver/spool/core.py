@@ -162,6 +162,28 @@ class SpoolFullError(SpoolError):
     """A write refused because the spool's disk is full (see ``size.py``)."""
 
 
+@contextmanager
+def _synchronous(db: sqlite3.Connection, level: str) -> Iterator[None]:
+    """The writer's ``synchronous`` at ``level`` for one transaction, FULL
+    again after it.
+
+    NORMAL (in WAL mode): the commit does not wait for the disk. A process
+    that crashes still leaves it in the spool (the write-ahead log is
+    written, the file system holds it); a power cut may take it back, and
+    only with what came after it, as the log is replayed in order and the
+    next commit that waits for the disk makes it durable too. Only for a
+    write whose loss the next process makes good by itself.
+    """
+    if level == "FULL":
+        yield
+        return
+    db.execute(f"PRAGMA synchronous={level}")
+    try:
+        yield
+    finally:
+        db.execute("PRAGMA synchronous=FULL")
+
+
 _Spool = TypeVar("_Spool", bound="SpoolCore")
 
 
@@ -342,33 +364,41 @@ class SpoolCore:
         )
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, fsync: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction. ``fsync=False``: its commit does not wait
+        for the disk (:func:`_synchronous`)."""
         if self._read_only:
             raise self.read_only_error()
         with _WRITER, _GATE:
             db = self._writer_connection()
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _synchronous(db, "FULL" if fsync else "NORMAL"), self._committed(db):
                 yield db
-            except BaseException as exc:
-                # SQLite rolls back by itself on some errors (a full disk):
-                # a second rollback would hide the error that explains it.
+
+    @contextmanager
+    def _committed(self, db: sqlite3.Connection) -> Iterator[None]:
+        """BEGIN, then COMMIT, or ROLLBACK on the way out of an exception."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException as exc:
+            # SQLite rolls back by itself on some errors (a full disk):
+            # a second rollback would hide the error that explains it.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if _is_damage(exc):
+                raise self.damaged(str(exc)) from exc
+            if _is_full(exc):
+                raise self.full() from exc
+            raise
+        else:
+            try:
+                db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
-                if _is_damage(exc):
-                    raise self.damaged(str(exc)) from exc
                 if _is_full(exc):
                     raise self.full() from exc
                 raise
-            else:
-                try:
-                    db.execute("COMMIT")
-                except sqlite3.OperationalError as exc:
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    if _is_full(exc):
-                        raise self.full() from exc
-                    raise
 
     def checkpoint(self) -> None:
         """Copy committed pages from the write-ahead log into the database
