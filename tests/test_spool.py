@@ -18,6 +18,7 @@ from prime_runs_otel.deliver.spool import (
     SCHEMA_VERSION,
     Spool,
     SpoolError,
+    core,
     lease_owner,
     process_alive,
     process_start_token,
@@ -481,3 +482,29 @@ def test_a_receipt_committed_without_an_fsync_outlives_the_process_killed_after_
     assert reopened.delivery.open_uploads("run-1") == []
     by_state = reopened.housekeeping.counts().episodes
     assert {state: count for state, count in by_state.items() if count} == {"delivered": 2}
+
+
+def _checkpoints(spool: Spool, *, paced: list[bool]) -> int:
+    """How many of the checkpoints asked for (``paced`` or plain) were made."""
+    statements: list[str] = []
+    spool._connection().set_trace_callback(statements.append)
+    try:
+        for each in paced:
+            spool.checkpoint(paced=each)
+    finally:
+        spool._connection().set_trace_callback(None)
+    return sum("wal_checkpoint" in statement for statement in statements)
+
+
+def test_a_paced_checkpoint_waits_its_pace_and_a_plain_one_never_does(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The uploader checkpoints at most once per ``CHECKPOINT_PACE``: a
+    checkpoint waits for the disk twice, and the next upload waited for it."""
+    spool.intake.ingest([_batch(_arrivals(1))], mode="local")
+    monkeypatch.setattr(core, "CHECKPOINT_PACE", 3600.0)
+    # The first paced one of this process goes, the next within the pace
+    # does not; one asked for plainly always goes.
+    assert _checkpoints(spool, paced=[True, True, False]) == 2
+    monkeypatch.setattr(core, "CHECKPOINT_PACE", 0.0)
+    assert _checkpoints(spool, paced=[True, True]) == 2

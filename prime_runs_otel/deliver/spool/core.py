@@ -14,6 +14,7 @@ connection.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -48,6 +49,15 @@ PAGE_SIZE = 8192
 AUTOCHECKPOINT_BYTES = 256 * 1024 * 1024
 #: The same in pages of a spool created here.
 AUTOCHECKPOINT_PAGES = AUTOCHECKPOINT_BYTES // PAGE_SIZE
+
+#: The uploader checkpoints at most once in this many seconds (``checkpoint``
+#: with ``paced``). A checkpoint waits for the disk twice (the log, then the
+#: database), and one between every two uploads held up the next one: at a
+#: steady pace an episode committed meanwhile waited for it. Skipping some
+#: loses nothing (the log holds every commit; a checkpoint only copies it
+#: into the database), and a second's commits keep the log short, far
+#: below ``AUTOCHECKPOINT_BYTES``.
+CHECKPOINT_PACE = 1.0
 
 
 class _Connection(sqlite3.Connection):
@@ -229,6 +239,8 @@ class SpoolCore:
             ) from exc
         self._writer_db: sqlite3.Connection | None = None
         self._writer_pid = 0
+        #: When this process last checkpointed (monotonic), for ``paced``.
+        self._checkpointed_at = -math.inf
         self._init_schema()
         _refuse_unsafe(self.path)  # again, with the companions SQLite made by now
 
@@ -254,6 +266,7 @@ class SpoolCore:
         spool._indexes_usable = {}
         spool._writer_db = None
         spool._writer_pid = 0
+        spool._checkpointed_at = -math.inf
         spool._read_only = True
         try:
             version = schema.stored_version(spool._connection())
@@ -400,12 +413,17 @@ class SpoolCore:
                     raise self.full() from exc
                 raise
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, *, paced: bool = False) -> None:
         """Copy committed pages from the write-ahead log into the database
         without waiting for anyone (PASSIVE: writers carry on meanwhile).
         Best effort: on a full disk it waits for the next one (a file size
         limit makes SQLite say "disk I/O error" there; the log keeps the pages
-        either way)."""
+        either way). ``paced``: nothing when this process checkpointed less
+        than ``CHECKPOINT_PACE`` ago."""
+        now = time.monotonic()
+        if paced and now - self._checkpointed_at < CHECKPOINT_PACE:
+            return
+        self._checkpointed_at = now
         with _GATE:
             try:
                 self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
