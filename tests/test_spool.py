@@ -508,3 +508,14 @@ def test_a_paced_checkpoint_waits_its_pace_and_a_plain_one_never_does(
     assert _checkpoints(spool, paced=[True, True, False]) == 2
     monkeypatch.setattr(core, "CHECKPOINT_PACE", 0.0)
     assert _checkpoints(spool, paced=[True, True]) == 2
+
+
+def test_on_a_disk_short_of_room_every_paced_checkpoint_goes(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint lets the log start over: on a disk nearly full, the log
+    must not grow for a pace into the room episodes need."""
+    spool.intake.ingest([_batch(_arrivals(1))], mode="local")
+    monkeypatch.setattr(core, "CHECKPOINT_PACE", 3600.0)
+    monkeypatch.setattr(core, "CHECKPOINT_PACED_ROOM", 2**62)
+    assert _checkpoints(spool, paced=[True, True, True]) == 3

@@ -58,6 +58,11 @@ AUTOCHECKPOINT_PAGES = AUTOCHECKPOINT_BYTES // PAGE_SIZE
 #: into the database), and a second's commits keep the log short, far
 #: below ``AUTOCHECKPOINT_BYTES``.
 CHECKPOINT_PACE = 1.0
+#: Paced only while the disk has this much free: a checkpoint lets the log
+#: start over instead of growing, and on a disk nearly full (a small one, or
+#: one that filled up) the log would grow into the room that episodes and
+#: the spool's next opening need. Below it every checkpoint goes.
+CHECKPOINT_PACED_ROOM = AUTOCHECKPOINT_BYTES
 
 
 class _Connection(sqlite3.Connection):
@@ -419,9 +424,9 @@ class SpoolCore:
         Best effort: on a full disk it waits for the next one (a file size
         limit makes SQLite say "disk I/O error" there; the log keeps the pages
         either way). ``paced``: nothing when this process checkpointed less
-        than ``CHECKPOINT_PACE`` ago."""
+        than ``CHECKPOINT_PACE`` ago, on a disk with room for the log to grow."""
         now = time.monotonic()
-        if paced and now - self._checkpointed_at < CHECKPOINT_PACE:
+        if paced and now - self._checkpointed_at < CHECKPOINT_PACE and self._room_for_log():
             return
         self._checkpointed_at = now
         with _GATE:
@@ -431,6 +436,14 @@ class SpoolCore:
                 if not (_is_full(exc) or "disk I/O error" in str(exc)):
                     raise
                 logger.debug("checkpointing the spool %s waits for room: %s", self.path, exc)
+
+    def _room_for_log(self) -> bool:
+        """Whether the spool's disk has ``CHECKPOINT_PACED_ROOM`` free."""
+        try:
+            stat = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        return stat.f_bavail * stat.f_frsize >= CHECKPOINT_PACED_ROOM
 
     def full(self) -> SpoolFullError:
         """The error for a write refused because the spool's disk is full."""
