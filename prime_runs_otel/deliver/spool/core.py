@@ -42,8 +42,9 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 8192
 
 #: Bytes of write-ahead log after which a commit checkpoints by itself (set
-#: in pages of the file's own size). The uploader checkpoints after every
-#: upload, so this is the fallback for a spool nobody delivers from; at
+#: in pages of the file's own size). The uploader checkpoints between its
+#: uploads, at most once a second (``CHECKPOINT_PACE``), so this is the
+#: fallback for a spool nobody delivers from; at
 #: SQLite's 1,000 pages the commits of export() kept doing the copying
 #: (100-300 ms each at 1,400 episodes/s).
 AUTOCHECKPOINT_BYTES = 256 * 1024 * 1024
@@ -355,7 +356,7 @@ class SpoolCore:
             # body may linger in free pages until reused, as the live ones
             # sit in the clear: the spool's folder is what keeps them private.
             db.execute("PRAGMA secure_delete=FAST")
-            # The uploader checkpoints after every pass (see checkpoint());
+            # The uploader checkpoints between passes (see checkpoint());
             # SQLite's own, in whatever commit crosses this, is the fallback.
             (page_size,) = db.execute("PRAGMA page_size").fetchone()
             db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_BYTES // page_size}")
