@@ -18,6 +18,7 @@ from prime_runs_otel.deliver.spool import (
     SCHEMA_VERSION,
     Spool,
     SpoolError,
+    core,
     lease_owner,
     process_alive,
     process_start_token,
@@ -403,3 +404,118 @@ def test_an_upload_of_more_episodes_than_one_statement_holds_claims_and_delivers
         "pending": 50,
         "delivered": 1050,
     }
+
+
+def _synchronous_at_each_commit(db: sqlite3.Connection) -> list[str]:
+    """The ``synchronous`` level each COMMIT of ``db`` runs under, from here on."""
+    level = db.execute("PRAGMA synchronous").fetchone()[0]
+    levels = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    current = [levels[level]]
+    commits: list[str] = []
+
+    def seen(statement: str) -> None:
+        if statement.upper().startswith("PRAGMA SYNCHRONOUS="):
+            current[0] = statement.split("=", 1)[1].strip().upper()
+        elif statement.upper() == "COMMIT":
+            commits.append(current[0])
+
+    db.set_trace_callback(seen)
+    return commits
+
+
+def test_an_uploads_receipt_is_committed_without_an_fsync_and_its_begin_with_one(
+    spool: Spool,
+) -> None:
+    """The receipt's commit need not wait for the disk: lost to a power cut,
+    the upload is open again with its stored bytes and key, and sending them
+    again is answered with the receipt of the stored one. The episodes'
+    commit and the upload's begin (its bytes and key, before the request
+    leaves) still wait for it, and the connection goes back to FULL."""
+    db = spool._writer_connection()
+    commits = _synchronous_at_each_commit(db)
+    spool.intake.ingest([_batch(_arrivals(3))], mode="online")
+    seqs = [row.seq for row in spool.delivery.pending_episodes("run-1", max_bytes=BIG)]
+    spool.delivery.begin_traces_upload("run-1", seqs, "upload-1", b"body", encoding="gzip")
+    spool.delivery.commit_traces_upload("run-1", "upload-1")
+    spool.intake.ingest([_batch(_arrivals(1, seed=5))], mode="online")
+    db.set_trace_callback(None)
+
+    assert commits == ["FULL", "FULL", "NORMAL", "FULL"]
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert spool.housekeeping.counts().episodes["delivered"] == 3
+
+
+_KILLED_AFTER_RECEIPT = """
+import json, os, signal, sys
+from prime_runs_otel.deliver.spool import Spool
+from prime_runs_otel.produce.synthetic import synthetic_episodes
+from prime_runs_otel.read.episodes import EpisodeArrival
+from prime_runs_otel.read.records import RunBatch, RunIdentity
+
+spool = Spool(sys.argv[1], max_bytes=10**12)
+records = list(synthetic_episodes(2, seed=3))
+arrivals = [EpisodeArrival.of(record, json.dumps(record).encode()) for record in records]
+spool.intake.ingest([RunBatch(RunIdentity("run-1"), episodes=arrivals)], mode="online")
+seqs = [row.seq for row in spool.delivery.pending_episodes("run-1", max_bytes=10**12)]
+spool.delivery.begin_traces_upload("run-1", seqs, "upload-1", b"body", encoding="gzip")
+spool.delivery.commit_traces_upload("run-1", "upload-1")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_receipt_committed_without_an_fsync_outlives_the_process_killed_after_it(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` right after the receipt's commit: the write-ahead log holds
+    it, and the next process finds the upload over and its episodes delivered."""
+    path = tmp_path / "spool.sqlite3"
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_RECEIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr
+
+    reopened = Spool(path, max_bytes=BIG)
+    assert reopened.delivery.open_uploads("run-1") == []
+    by_state = reopened.housekeeping.counts().episodes
+    assert {state: count for state, count in by_state.items() if count} == {"delivered": 2}
+
+
+def _checkpoints(spool: Spool, *, paced: list[bool]) -> int:
+    """How many of the checkpoints asked for (``paced`` or plain) were made."""
+    statements: list[str] = []
+    spool._connection().set_trace_callback(statements.append)
+    try:
+        for each in paced:
+            spool.checkpoint(paced=each)
+    finally:
+        spool._connection().set_trace_callback(None)
+    return sum("wal_checkpoint" in statement for statement in statements)
+
+
+def test_a_paced_checkpoint_waits_its_pace_and_a_plain_one_never_does(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The uploader checkpoints at most once per ``CHECKPOINT_PACE``: a
+    checkpoint waits for the disk twice, and the next upload waited for it."""
+    spool.intake.ingest([_batch(_arrivals(1))], mode="local")
+    monkeypatch.setattr(core, "CHECKPOINT_PACE", 3600.0)
+    # The first paced one of this process goes, the next within the pace
+    # does not; one asked for plainly always goes.
+    assert _checkpoints(spool, paced=[True, True, False]) == 2
+    monkeypatch.setattr(core, "CHECKPOINT_PACE", 0.0)
+    assert _checkpoints(spool, paced=[True, True]) == 2
+
+
+def test_on_a_disk_short_of_room_every_paced_checkpoint_goes(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint lets the log start over: on a disk nearly full, the log
+    must not grow for a pace into the room episodes need."""
+    spool.intake.ingest([_batch(_arrivals(1))], mode="local")
+    monkeypatch.setattr(core, "CHECKPOINT_PACE", 3600.0)
+    monkeypatch.setattr(core, "CHECKPOINT_PACED_ROOM", 2**62)
+    assert _checkpoints(spool, paced=[True, True, True]) == 3

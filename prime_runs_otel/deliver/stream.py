@@ -89,9 +89,10 @@ class EpisodeStream:
             if turn:
                 # A pass can be long: keep the WAL short between its requests.
                 # Not after the last one, which the end of the pass checkpoints
-                # (Uploader.deliver_once): a checkpoint waits for the disk, and
-                # an episode that comes meanwhile waits for it.
-                self._spool.checkpoint()
+                # (Uploader.deliver_once), and at most once a second
+                # (CHECKPOINT_PACE): a checkpoint waits for the disk, and an
+                # episode that comes meanwhile waits for it.
+                self._spool.checkpoint(paced=True)
                 self._lease.renew()
             self._sink_for(run).send(run, episodes)
             if self._stopping.is_set():

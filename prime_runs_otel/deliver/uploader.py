@@ -223,8 +223,9 @@ class Uploader:
                 self._deliver_runs(only)
             finally:
                 # Here rather than in whichever commit crosses SQLite's threshold,
-                # which would often be an export() the SDK is waiting on.
-                self._spool.checkpoint()
+                # which would often be an export() the SDK is waiting on; at
+                # most once a second, as the next pass waits for it.
+                self._spool.checkpoint(paced=True)
 
     def _deliver_runs(self, only: Sequence[str] | None) -> None:
         runs = [

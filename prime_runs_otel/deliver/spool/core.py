@@ -14,6 +14,7 @@ connection.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -41,13 +42,28 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 8192
 
 #: Bytes of write-ahead log after which a commit checkpoints by itself (set
-#: in pages of the file's own size). The uploader checkpoints after every
-#: upload, so this is the fallback for a spool nobody delivers from; at
+#: in pages of the file's own size). The uploader checkpoints between its
+#: uploads, at most once a second (``CHECKPOINT_PACE``), so this is the
+#: fallback for a spool nobody delivers from; at
 #: SQLite's 1,000 pages the commits of export() kept doing the copying
 #: (100-300 ms each at 1,400 episodes/s).
 AUTOCHECKPOINT_BYTES = 256 * 1024 * 1024
 #: The same in pages of a spool created here.
 AUTOCHECKPOINT_PAGES = AUTOCHECKPOINT_BYTES // PAGE_SIZE
+
+#: The uploader checkpoints at most once in this many seconds (``checkpoint``
+#: with ``paced``). A checkpoint waits for the disk twice (the log, then the
+#: database), and one between every two uploads held up the next one: at a
+#: steady pace an episode committed meanwhile waited for it. Skipping some
+#: loses nothing (the log holds every commit; a checkpoint only copies it
+#: into the database), and a second's commits keep the log short, far
+#: below ``AUTOCHECKPOINT_BYTES``.
+CHECKPOINT_PACE = 1.0
+#: Paced only while the disk has this much free: a checkpoint lets the log
+#: start over instead of growing, and on a disk nearly full (a small one, or
+#: one that filled up) the log would grow into the room that episodes and
+#: the spool's next opening need. Below it every checkpoint goes.
+CHECKPOINT_PACED_ROOM = AUTOCHECKPOINT_BYTES
 
 
 class _Connection(sqlite3.Connection):
@@ -162,6 +178,28 @@ class SpoolFullError(SpoolError):
     """A write refused because the spool's disk is full (see ``size.py``)."""
 
 
+@contextmanager
+def _synchronous(db: sqlite3.Connection, level: str) -> Iterator[None]:
+    """The writer's ``synchronous`` at ``level`` for one transaction, FULL
+    again after it.
+
+    NORMAL (in WAL mode): the commit does not wait for the disk. A process
+    that crashes still leaves it in the spool (the write-ahead log is
+    written, the file system holds it); a power cut may take it back, and
+    only with what came after it, as the log is replayed in order and the
+    next commit that waits for the disk makes it durable too. Only for a
+    write whose loss the next process makes good by itself.
+    """
+    if level == "FULL":
+        yield
+        return
+    db.execute(f"PRAGMA synchronous={level}")
+    try:
+        yield
+    finally:
+        db.execute("PRAGMA synchronous=FULL")
+
+
 _Spool = TypeVar("_Spool", bound="SpoolCore")
 
 
@@ -207,6 +245,8 @@ class SpoolCore:
             ) from exc
         self._writer_db: sqlite3.Connection | None = None
         self._writer_pid = 0
+        #: When this process last checkpointed (monotonic), for ``paced``.
+        self._checkpointed_at = -math.inf
         self._init_schema()
         _refuse_unsafe(self.path)  # again, with the companions SQLite made by now
 
@@ -232,6 +272,7 @@ class SpoolCore:
         spool._indexes_usable = {}
         spool._writer_db = None
         spool._writer_pid = 0
+        spool._checkpointed_at = -math.inf
         spool._read_only = True
         try:
             version = schema.stored_version(spool._connection())
@@ -315,7 +356,7 @@ class SpoolCore:
             # body may linger in free pages until reused, as the live ones
             # sit in the clear: the spool's folder is what keeps them private.
             db.execute("PRAGMA secure_delete=FAST")
-            # The uploader checkpoints after every pass (see checkpoint());
+            # The uploader checkpoints between passes (see checkpoint());
             # SQLite's own, in whatever commit crosses this, is the fallback.
             (page_size,) = db.execute("PRAGMA page_size").fetchone()
             db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_BYTES // page_size}")
@@ -342,40 +383,53 @@ class SpoolCore:
         )
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, fsync: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction. ``fsync=False``: its commit does not wait
+        for the disk (:func:`_synchronous`)."""
         if self._read_only:
             raise self.read_only_error()
         with _WRITER, _GATE:
             db = self._writer_connection()
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _synchronous(db, "FULL" if fsync else "NORMAL"), self._committed(db):
                 yield db
-            except BaseException as exc:
-                # SQLite rolls back by itself on some errors (a full disk):
-                # a second rollback would hide the error that explains it.
+
+    @contextmanager
+    def _committed(self, db: sqlite3.Connection) -> Iterator[None]:
+        """BEGIN, then COMMIT, or ROLLBACK on the way out of an exception."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException as exc:
+            # SQLite rolls back by itself on some errors (a full disk):
+            # a second rollback would hide the error that explains it.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if _is_damage(exc):
+                raise self.damaged(str(exc)) from exc
+            if _is_full(exc):
+                raise self.full() from exc
+            raise
+        else:
+            try:
+                db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
-                if _is_damage(exc):
-                    raise self.damaged(str(exc)) from exc
                 if _is_full(exc):
                     raise self.full() from exc
                 raise
-            else:
-                try:
-                    db.execute("COMMIT")
-                except sqlite3.OperationalError as exc:
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    if _is_full(exc):
-                        raise self.full() from exc
-                    raise
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, *, paced: bool = False) -> None:
         """Copy committed pages from the write-ahead log into the database
         without waiting for anyone (PASSIVE: writers carry on meanwhile).
         Best effort: on a full disk it waits for the next one (a file size
         limit makes SQLite say "disk I/O error" there; the log keeps the pages
-        either way)."""
+        either way). ``paced``: nothing when this process checkpointed less
+        than ``CHECKPOINT_PACE`` ago, on a disk with room for the log to grow."""
+        now = time.monotonic()
+        if paced and now - self._checkpointed_at < CHECKPOINT_PACE and self._room_for_log():
+            return
+        self._checkpointed_at = now
         with _GATE:
             try:
                 self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
@@ -383,6 +437,14 @@ class SpoolCore:
                 if not (_is_full(exc) or "disk I/O error" in str(exc)):
                     raise
                 logger.debug("checkpointing the spool %s waits for room: %s", self.path, exc)
+
+    def _room_for_log(self) -> bool:
+        """Whether the spool's disk has ``CHECKPOINT_PACED_ROOM`` free."""
+        try:
+            stat = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        return stat.f_bavail * stat.f_frsize >= CHECKPOINT_PACED_ROOM
 
     def full(self) -> SpoolFullError:
         """The error for a write refused because the spool's disk is full."""

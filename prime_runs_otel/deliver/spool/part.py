@@ -51,8 +51,8 @@ class SpoolPart:
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._core._query(sql, params)
 
-    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._core._transaction()
+    def _transaction(self, *, fsync: bool = True) -> AbstractContextManager[sqlite3.Connection]:
+        return self._core._transaction(fsync=fsync)
 
     def _connection(self) -> sqlite3.Connection:
         return self._core._connection()

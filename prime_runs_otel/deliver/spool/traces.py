@@ -45,8 +45,18 @@ class SpoolTraces(SpoolPart):
 
     def commit_traces_upload(self, run_id: str, upload_id: str) -> int:
         """The receipt arrived: the episodes are delivered and their bodies
-        dropped. Returns how many of them carried traces."""
-        with self._transaction() as db:
+        dropped. Returns how many of them carried traces.
+
+        Committed without waiting for the disk (the next upload's begin, or
+        any other commit, waits for both): lost to a power cut, the upload is
+        open again with its stored bytes, the next process sends them again
+        under the same key, and the service answers with the receipt of the
+        one it stored. Nothing is stored twice, and the next upload of the
+        run does not wait for an fsync that exactly-once does not need. The
+        begin is different: its bytes and key must be on disk before the
+        request leaves, or a power cut after it could send the same episodes
+        again in another upload, under another key."""
+        with self._transaction(fsync=False) as db:
             written = db.execute(
                 "SELECT COUNT(*) FROM episodes WHERE upload_id = ? AND has_traces = 1 "
                 "AND state = 'uploading'",
