@@ -90,7 +90,7 @@ class SpanIntake:
         max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
         allow_attach: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        handoff: Callable[[ExportTraceServiceRequest], Verdict] | None = None,
+        handoff: Callable[[ExportTraceServiceRequest, bytes | None], Verdict] | None = None,
     ) -> None:
         self.spool = spool
         #: In a Kafka fleet: where requests go instead of this spool (the
@@ -122,11 +122,15 @@ class SpanIntake:
         """Under the spool's cap, and short of its disk's reserve."""
         return self.spool.housekeeping.has_room()
 
-    def accept(self, request: ExportTraceServiceRequest, *, owned: bool = False) -> Verdict:
+    def accept(
+        self, request: ExportTraceServiceRequest, *, owned: bool = False, wire: bytes | None = None
+    ) -> Verdict:
         """Commit ``request`` (in a fleet: hand it to Kafka); ``owned``: it
-        comes from Kafka, for runs this member delivers, so it is committed here."""
+        comes from Kafka, for runs this member delivers, so it is committed
+        here; ``wire``: the request's own protobuf encoding, when it came as
+        one (a fleet member may produce those bytes instead of encoding it again)."""
         if self.handoff is not None and not owned:
-            verdict = self.handoff(request)
+            verdict = self.handoff(request, wire)
         else:
             verdict = self._deliver(span_views(request))
         self._count(verdict, [request])
