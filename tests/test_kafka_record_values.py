@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as Partition
@@ -18,7 +17,7 @@ from google.protobuf.internal.encoder import _VarintBytes
 from kafka_fleet import Fleet, kafka, run_bodies
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
-from test_receiver import episodes
+from test_receiver import episodes, post
 
 from prime_runs_otel.collector.kafka_ingest import KafkaIngest
 from prime_runs_otel.collector.kafka_table import ensure_topics
@@ -92,12 +91,7 @@ def test_a_request_of_one_run_is_produced_as_the_bytes_it_came_in(
         fleet = Fleet(tmp_path, kafka, platform, partitions=1)
         try:
             member = fleet.add()
-            answer = httpx.post(
-                member.traces_url,
-                content=wire,
-                headers={"content-type": "application/x-protobuf"},
-                timeout=60,
-            )
+            answer = post(member.traces_url, wire)
             assert answer.status_code == 200, answer.text
             settings = KafkaSettings(kafka.bootstrap, fleet.prefix, partitions=1)
             assert _record_values(settings, 1) == [wire]

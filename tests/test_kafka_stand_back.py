@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 from kafka_fleet import Fleet, all_closed, fleet, kafka, member_env, run_bodies
-from test_receiver import ServeProcess, episodes, wait_for
+from test_receiver import ServeProcess, episodes, post, wait_for
 
 from prime_runs_otel.testing import FakePlatform
 
@@ -55,12 +54,7 @@ def test_a_serve_alone_runs_every_thread_at_its_priority(tmp_path: Path) -> None
         serve = ServeProcess(tmp_path, member_env(tmp_path, platform), "--no-grpc").start()
         try:
             (body,) = run_bodies(episodes(2, seed=1700), "alone", 1)
-            answer = httpx.post(
-                serve.traces_url,
-                content=body,
-                headers={"content-type": "application/x-protobuf"},
-                timeout=60,
-            )
+            answer = post(serve.traces_url, body)
             assert answer.status_code == 200, answer.text
             wait_for(lambda: all_closed(platform, ["alone"]), 120, "the run delivered")
             assert _standing_back(serve) == 0
