@@ -1,4 +1,5 @@
-"""Giving the GIL to ``export()`` while it runs, and only then.
+"""Giving the GIL to ``export()`` while it runs, and only then; and a fleet
+member's delivery standing back for its request threads on the cores.
 
 Python's sqlite3 lets go of the GIL on every statement, and a thread that
 wants it back waits until the thread holding it gives it up: at the latest
@@ -19,16 +20,48 @@ episode, every return to the uploader waited for a busy intake thread's full
 switch interval, and delivery fell behind the intake (serve fed by four
 senders: the run closed 0.65-0.89 s after its last request, 0.43-0.50 s
 paced).
+
+A ``serve --kafka`` member answers a request once the brokers have its
+records; its delivery (the consumer loop reading records into the spool,
+the uploader) can wait. On cores it shares with the brokers and others,
+the request threads and librdkafka's threads waited for a core behind that
+delivery, so the delivery threads lower their own CPU priority
+(:func:`stand_back`): they still take every core left idle.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["ExportRunning", "PacedGiveWay"]
+__all__ = ["ExportRunning", "PacedGiveWay", "stand_back"]
+
+logger = logging.getLogger(__name__)
+
+#: How much lower a fleet member's delivery threads run than its request
+#: threads: ``nice`` 10 above them, about a tenth of their CPU share when
+#: both wait for a core.
+STAND_BACK_NICENESS = 10
+
+
+def stand_back() -> None:
+    """Lower the calling thread's CPU priority by :data:`STAND_BACK_NICENESS`
+    (threads it starts inherit it). Linux only: there a thread has a
+    priority of its own, elsewhere it is the whole process's; where the
+    system refuses, the thread runs on as it was."""
+    if sys.platform != "linux":
+        return
+    thread = threading.get_native_id()
+    try:
+        niceness = os.getpriority(os.PRIO_PROCESS, thread) + STAND_BACK_NICENESS
+        os.setpriority(os.PRIO_PROCESS, thread, min(niceness, 19))
+    except OSError as exc:
+        logger.debug("Could not lower thread %d's CPU priority: %s", thread, exc)
 
 
 class ExportRunning:

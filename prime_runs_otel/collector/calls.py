@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ..read.otlp import OtlpDecodeError, OtlpTooManyValues
 from .admission import admitted_calls, overload_log
 from .bodies import (
+    JSON_TYPE,
     LOGS_REQUEST,
     BodyError,
     DecodeBudget,
@@ -58,7 +59,8 @@ class Signal:
     #: How its values are counted off the wire (None: a trace request's).
     layout: WireLayout | None
     decode: Callable[[bytes, str, int], Any]
-    accept: Callable[[Any], Verdict]
+    #: Takes the decoded request, and ``wire=`` its own protobuf bytes (``None``: it came as JSON).
+    accept: Callable[..., Verdict]
     respond: Callable[[Verdict], Any]
 
 
@@ -112,5 +114,4 @@ class ExportCalls:
                     "serve's --memory-mib so requests wait their turn instead)",
                     retry_after=SLOW_BODY_RETRY_AFTER,
                 ) from None
-            del data
-            return signal.accept(request)
+            return signal.accept(request, wire=None if content_type == JSON_TYPE else data)

@@ -28,6 +28,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 from .. import semconv
 from ..config import Settings
+from ..deliver.batch_items import is_episode
 from ..deliver.delivery import Sender, SpanDelivery, WatchedTrees
 from ..deliver.spool import IngestOutcome, Spool
 from ..deliver.uploader import Uploader
@@ -90,7 +91,7 @@ class SpanIntake:
         max_held_spans: int = DEFAULT_MAX_HELD_SPANS,
         allow_attach: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        handoff: Callable[[ExportTraceServiceRequest], Verdict] | None = None,
+        handoff: Callable[[ExportTraceServiceRequest, bytes | None], Verdict] | None = None,
     ) -> None:
         self.spool = spool
         #: In a Kafka fleet: where requests go instead of this spool (the
@@ -122,24 +123,29 @@ class SpanIntake:
         """Under the spool's cap, and short of its disk's reserve."""
         return self.spool.housekeeping.has_room()
 
-    def accept(self, request: ExportTraceServiceRequest, *, owned: bool = False) -> Verdict:
+    def accept(
+        self, request: ExportTraceServiceRequest, *, owned: bool = False, wire: bytes | None = None
+    ) -> Verdict:
         """Commit ``request`` (in a fleet: hand it to Kafka); ``owned``: it
-        comes from Kafka, for runs this member delivers, so it is committed here."""
+        comes from Kafka, for runs this member delivers, so it is committed
+        here; ``wire``: the request's own protobuf encoding, when it came as
+        one (a fleet member may produce those bytes instead of encoding it again)."""
         if self.handoff is not None and not owned:
-            verdict = self.handoff(request)
+            verdict = self.handoff(request, wire)
         else:
             verdict = self._deliver(span_views(request))
-        self._count(verdict, [request])
+        self._count(verdict, 1, lambda: _episode_spans_in(request))
         return verdict
 
-    def accept_consumed(self, requests: Sequence[ExportTraceServiceRequest]) -> Verdict:
-        """Commit requests a Kafka member read for the runs it delivers, all
-        in one pass and one spool transaction, as one request carrying all
-        their spans would be: what a pass costs (the checks of the spool's
-        room, the run rows, the statements per run) is paid once for them,
-        not once per record. Counted as ``len(requests)`` requests."""
-        verdict = self._deliver(view for request in requests for view in span_views(request))
-        self._count(verdict, requests)
+    def accept_consumed(self, records: Sequence[Sequence[SpanView]]) -> Verdict:
+        """Commit the spans of records a Kafka member read for the runs it
+        delivers (each record's spans read once, by the member), all in one
+        pass and one spool transaction, as one request carrying all their
+        spans would be: what a pass costs (the checks of the spool's room,
+        the run rows, the statements per run) is paid once for them, not
+        once per record. Counted as ``len(records)`` requests."""
+        verdict = self._deliver(view for views in records for view in views)
+        self._count(verdict, len(records), lambda: _episodes_among(records))
         return verdict
 
     def _deliver(self, views: Iterable[SpanView]) -> Verdict:
@@ -148,13 +154,14 @@ class SpanIntake:
             delivered.outcome, delivered.message, delivered.refused, delivered.retry_after
         )
 
-    def _count(self, verdict: Verdict, requests: Sequence[ExportTraceServiceRequest]) -> None:
-        self.counters.add("requests_total", len(requests), outcome=verdict.outcome)
+    def _count(self, verdict: Verdict, requests: int, episodes: Callable[[], int]) -> None:
+        """``requests`` taken with ``verdict``; ``episodes`` says how many
+        episode spans they carried (counted only when they are refused whole)."""
+        self.counters.add("requests_total", requests, outcome=verdict.outcome)
         if verdict.outcome == "accepted":
             self.counters.add("episodes_refused_total", verdict.rejected, reason="refused_alone")
         else:
-            refused = sum(map(_episode_spans_in, requests))
-            self.counters.add("episodes_refused_total", refused, reason=verdict.outcome)
+            self.counters.add("episodes_refused_total", episodes(), reason=verdict.outcome)
 
     def held_episode_ids(self) -> dict[str, set[str]]:
         """The episodes held in the span buffer now, by run key: not in the
@@ -185,6 +192,11 @@ class SpanIntake:
         self.counters.add("episodes_stored_total", outcome.stored)
         self.counters.add("episodes_duplicate_total", outcome.duplicates)
         self.counters.add("episodes_accepted_total", outcome.stored + outcome.duplicates)
+
+
+def _episodes_among(records: Sequence[Sequence[SpanView]]) -> int:
+    """How many of the records' spans are episodes (counted when they are refused whole)."""
+    return sum(is_episode(view) for views in records for view in views)
 
 
 def _episode_spans_in(request: ExportTraceServiceRequest) -> int:

@@ -17,10 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from .. import semconv
 from .._text import shown
@@ -28,6 +27,7 @@ from ..deliver.kafka.owner import FleetOwnership, Intent
 from ..deliver.kafka.spool import FleetSpool
 from ..deliver.kafka.state import RunState
 from ..deliver.spool import RunRow
+from ..read.spans import SpanView
 
 logger = logging.getLogger(__name__)
 
@@ -274,26 +274,19 @@ def _done(record: Record, run: RunRow | None, waiting: set[str]) -> bool:
     return not record.control or run.settled or run.stopped
 
 
-def episode_ids(request: ExportTraceServiceRequest) -> tuple[frozenset[str], bool]:
-    """The episode ids a record carries, and whether it carries more than
-    episodes (a run's start, end or metrics, or an episode known by no id)."""
+def episode_ids_of(views: Iterable[SpanView]) -> tuple[frozenset[str], bool]:
+    """The episode ids a record's spans carry, and whether they carry more
+    than episodes (a run's start, end or metrics, or an episode known by no
+    id). Read off the views the spool takes, not off the request again."""
     ids: set[str] = set()
     control = False
-    for resource_spans in request.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                if span.name in CONTROL_SPANS:
-                    control = True
-                    continue
-                episode_id = None
-                example = False
-                for pair in span.attributes:
-                    if pair.key == semconv.EPISODE_ID:
-                        episode_id = pair.value.string_value
-                    elif pair.key == semconv.EPISODE_EXAMPLE_ID:
-                        example = True
-                if episode_id:
-                    ids.add(episode_id)
-                elif example:
-                    control = True
+    for view in views:
+        if view.name in CONTROL_SPANS:
+            control = True
+            continue
+        episode_id = view.attributes.get(semconv.EPISODE_ID)
+        if isinstance(episode_id, str) and episode_id:
+            ids.add(episode_id)
+        elif semconv.EPISODE_EXAMPLE_ID in view.attributes:
+            control = True
     return frozenset(ids), control

@@ -42,6 +42,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as Partition
 
+from .._courtesy import stand_back
 from .._text import shown
 from ..deliver.kafka.owner import FleetOwnership, Intent
 from ..deliver.kafka.settings import KafkaSettings
@@ -158,6 +159,7 @@ class KafkaMember:
 
     def _loop(self) -> None:
         assert self._consumer is not None
+        stand_back()  # the member's requests go first (see .._courtesy)
         while not self._stopping.is_set():
             try:
                 if self._ownership.wanted.is_set():

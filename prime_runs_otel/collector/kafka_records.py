@@ -24,8 +24,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from .._text import shown
 from ..deliver.kafka.state import RunState
+from ..read.otlp import span_views
+from ..read.spans import SpanView
 from .intake import SpanIntake
-from .kafka_books import Record, RunBooks, episode_ids
+from .kafka_books import Record, RunBooks, episode_ids_of
 from .kafka_ingest import KIND_HEADER, LOGS
 from .logs_intake import LogIntake
 
@@ -41,13 +43,14 @@ MAX_PASS_BYTES = 512 * 1024
 
 @dataclass(frozen=True)
 class Consumed:
-    """One record of an owned partition, decoded: a request of one run's
-    spans, or of span events."""
+    """One record of an owned partition, decoded: one run's spans, read
+    once (their views go into the spool, and their episode ids into the
+    run's book), or span events."""
 
     offset: int
     #: The run the record belongs to (its Kafka key; ``""``: none).
     key: str
-    spans: ExportTraceServiceRequest | None = None
+    spans: list[SpanView] | None = None
     events: ExportLogsServiceRequest | None = None
 
 
@@ -56,14 +59,19 @@ def is_events(message: Any) -> bool:
     return dict(message.headers() or ()).get(KIND_HEADER) == LOGS
 
 
-def decode(message: Any) -> Consumed:
-    """``message`` decoded; raises when its value is not a request (a
-    damaged record, or one another producer wrote to the topic)."""
-    key = (message.key() or b"").decode("utf-8", "replace")
+def record_key(message: Any) -> str:
+    """The run key a record is keyed by (``""``: none)."""
+    return (message.key() or b"").decode("utf-8", "replace")
+
+
+def decode(message: Any, key: str) -> Consumed:
+    """``message`` (keyed by ``key``) decoded; raises when its value is not
+    a request (a damaged record, or one another producer wrote to the topic)."""
     value = message.value() or b""
     if is_events(message):
         return Consumed(message.offset(), key, events=ExportLogsServiceRequest.FromString(value))
-    return Consumed(message.offset(), key, spans=ExportTraceServiceRequest.FromString(value))
+    request = ExportTraceServiceRequest.FromString(value)
+    return Consumed(message.offset(), key, spans=list(span_views(request)))
 
 
 def passes(messages: Sequence[Any], max_bytes: int = MAX_PASS_BYTES) -> Iterator[list[Any]]:
@@ -121,12 +129,12 @@ class RecordIntake:
     def _unread(self, message: Any, partition: int, states: dict[str, RunState]) -> Consumed | None:
         """``message`` decoded, or ``None``: done by an earlier owner, or
         damaged (it costs itself only: counted, and let go)."""
-        key = (message.key() or b"").decode("utf-8", "replace")
+        key = record_key(message)
         if self._books.book(key, partition, states).skips(message.offset()):
             self._intake.counters.add("kafka_records_total", outcome="skipped")
             return None
         try:
-            return decode(message)
+            return decode(message, key)
         except Exception as exc:
             self._let_go(partition, message.offset(), exc)
             return None
@@ -139,9 +147,10 @@ class RecordIntake:
         pass; a pass that breaks all the same (something in a request no
         check foresaw) is made again one record at a time, so that the
         record that breaks it costs itself only."""
-        requests = [record.spans for record in records if record.spans is not None]
         try:
-            verdict = self._intake.accept_consumed(requests)
+            verdict = self._intake.accept_consumed(
+                [record.spans for record in records if record.spans is not None]
+            )
         except Exception as exc:
             if len(records) > 1:
                 return self._store_each(partition, records)
@@ -179,7 +188,7 @@ class RecordIntake:
         for record in stored:
             if not record.key or record.spans is None:
                 continue
-            ids, control = episode_ids(record.spans)
+            ids, control = episode_ids_of(record.spans)
             self._books.books[record.key].records.append(Record(record.offset, ids, control))
             if record.key not in keys:
                 keys.append(record.key)

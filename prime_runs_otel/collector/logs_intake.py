@@ -37,17 +37,20 @@ class LogIntake:
     def __init__(
         self,
         spans: SpanIntake,
-        handoff: Callable[[ExportLogsServiceRequest], Verdict] | None = None,
+        handoff: Callable[[ExportLogsServiceRequest, bytes | None], Verdict] | None = None,
     ) -> None:
         self._spans = spans
         #: In a Kafka fleet: where requests go instead (see :mod:`.kafka_ingest`).
         self._handoff = handoff
 
-    def accept(self, request: ExportLogsServiceRequest, *, owned: bool = False) -> Verdict:
+    def accept(
+        self, request: ExportLogsServiceRequest, *, owned: bool = False, wire: bytes | None = None
+    ) -> Verdict:
         """Hand the events to the span buffer (in a fleet: to Kafka, unless
-        ``owned``: read back from Kafka by the member of the run)."""
+        ``owned``: read back from Kafka by the member of the run); ``wire``:
+        the request's own protobuf encoding, when it came as one."""
         if self._handoff is not None and not owned:
-            return self._handoff(request)
+            return self._handoff(request, wire)
         self._spans.add_span_events(span_events(request))
         return Verdict("accepted")
 

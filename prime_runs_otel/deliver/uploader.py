@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from .._courtesy import ExportRunning, PacedGiveWay
+from .._courtesy import ExportRunning, PacedGiveWay, stand_back
 from .._text import shown
 from .._untraced import untraced
 from ..config import Settings
@@ -182,6 +182,8 @@ class Uploader:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self) -> None:
+        if self._owner is not None:
+            stand_back()  # a fleet member's requests go first (see .._courtesy)
         # The uploader's thread makes only the package's own calls (platform
         # HTTP, the spool's SQLite): none of it is traced, for its whole life.
         with untraced():
