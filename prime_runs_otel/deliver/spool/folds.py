@@ -23,7 +23,9 @@ stored (an earlier release writing this spool) or has no facts yet (stored
 before they were kept, read by ``SpoolViews.read_stored``, which folds it
 then): it is passed over but still counts for the ordinals. The ordinal of
 the first episode above the mark is the run's count of episodes less those
-above it: the place the commit would have given it.
+above it: the place the commit would have given it. (A run an earlier
+release removed leaves its mark behind, harmless: a seq is never given
+twice, and the ordinals come from the run's count.)
 
 A store this user cannot write (or whose fold fails) is folded in memory:
 this connection's temporary tables of the same names, which SQLite reads
