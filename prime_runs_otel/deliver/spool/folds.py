@@ -85,11 +85,7 @@ def fold_chunk(
     ).fetchall()
     if not rows:
         return 0, mark
-    add_to_views(
-        db,
-        run_id,
-        [_episode(mark.ordinal + index, row) for index, row in enumerate(rows) if row[-1]],
-    )
+    add_to_views(db, run_id, _episodes(rows, mark.ordinal))
     last = rows[-1][0]
     db.execute(
         "INSERT INTO run_folds (run_id, seq) VALUES (?, ?) "
@@ -123,24 +119,33 @@ def _mark(db: sqlite3.Connection, run_id: str, carried: FoldMark | None) -> Fold
     return FoldMark(seq, max(0, (int(row[0]) if row else 0) - int(above)))
 
 
-def _episode(ordinal: int, row: Sequence[Any]) -> ViewEpisode:
-    _, episode_id, step, ok, reward, tokens, duration, error_type, example, stored_at, text = row
-    latencies, metrics, message = from_view_facts(text)
-    return ViewEpisode(
-        ordinal,
-        episode_id,
-        step,
-        ok == 1,
-        reward,
-        tokens,
-        duration,
-        error_type,
-        example,
-        float(stored_at or 0.0),
-        latencies,
-        metrics,
-        message,
-    )
+def _episodes(rows: Sequence[Sequence[Any]], ordinal: int) -> list[ViewEpisode]:
+    """The rows (``_ROW``) with ``view_facts`` as episodes to fold, the
+    first at ``ordinal``; one loop, no call per episode but the tuple's."""
+    episodes = []
+    for index, row in enumerate(rows):
+        _, episode_id, step, ok, reward, tokens, duration, error, example, stored_at, text = row
+        if text is None:
+            continue  # folded as it was stored, or read later (see the module's docstring)
+        latencies, metrics, message = from_view_facts(text)
+        episodes.append(
+            ViewEpisode(
+                ordinal + index,
+                episode_id,
+                step,
+                ok == 1,
+                reward,
+                tokens,
+                duration,
+                error,
+                example,
+                stored_at or 0.0,
+                latencies,
+                metrics,
+                message,
+            )
+        )
+    return episodes
 
 
 def copy_to_memory(db: sqlite3.Connection, run_id: str) -> None:
