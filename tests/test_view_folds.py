@@ -21,6 +21,7 @@ import json
 import math
 import sqlite3
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from prime_runs_otel.deliver.spool.views import (
 from prime_runs_otel.produce.synthetic import synthetic_episodes
 from prime_runs_otel.read.episodes import EpisodeArrival
 from prime_runs_otel.read.records import RunBatch, RunIdentity
+from prime_runs_otel.view.server import ViewerServer
 
 BIG = 10**12
 RUN = "run-1"
@@ -217,3 +219,27 @@ def test_a_fold_carried_over_chunks_starts_again_where_another_fold_left_it(
     assert mark != FoldMark(0, 0)
     blocks = spool.reading.series(RUN, EPISODE_AXES[0])
     assert [point.episodes for point in blocks] == [8, 8, 8, 8, 8]
+
+
+def test_the_viewer_folds_every_run_ahead_of_its_first_page(tmp_path: Path) -> None:
+    """``ui`` folds the runs' new episodes on its background thread while it
+    serves, without a page asking: the first page of a long run then finds
+    them folded."""
+    path = tmp_path / "spool.sqlite3"
+    spool = Spool(path, max_bytes=BIG)
+    for run, count in (("run-a", 30), ("run-b", 12)):
+        batch = RunBatch(
+            identity=RunIdentity(local_id=run, environments=("env-a",)),
+            episodes=_arrivals(count, 5, [None]),
+        )
+        spool.intake.ingest([batch], mode="local")
+    last = dict(spool._query("SELECT run_id, MAX(seq) FROM episodes GROUP BY run_id"))
+
+    def marks() -> dict[str, int]:
+        return dict(spool._query("SELECT run_id, seq FROM run_folds"))
+
+    with ViewerServer(spool, host="127.0.0.1", port=0):
+        deadline = time.monotonic() + 120
+        while marks() != last and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert marks() == last

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,6 +172,23 @@ def copy_to_memory(db: sqlite3.Connection, run_id: str) -> None:
 
 class ViewFolds(SpoolPart):
     """Folding a run's new episodes before its aggregates are read (``reading``)."""
+
+    def fold_ahead(self, stopping: Callable[[], bool]) -> int:
+        """Fold every run with new episodes into the file, the run written
+        last first, until ``stopping()``: what ``ui`` does while it serves,
+        so that a run's first page finds its episodes folded. Nothing in a
+        store folded in memory (each reading connection holds its own
+        copy). Returns how many runs were folded."""
+        if not self._core.views_folded_on_view() or self._core.views_in_memory:
+            return 0
+        folded = 0
+        for (run_id,) in self._query("SELECT local_id FROM runs ORDER BY updated_at DESC"):
+            if stopping() or self._core.views_in_memory:
+                break
+            if self._query(UNFOLDED_SQL, (run_id, run_id)):
+                self._fold_in_file(run_id)
+                folded += 1
+        return folded
 
     def _folded(self, *run_ids: str) -> None:
         """Bring the aggregates of ``run_ids`` up to their last episode."""
