@@ -72,7 +72,7 @@ class OlderRunsReader:
                 if self._stopping.is_set():
                     return
             self.reading = None
-            self._spool.reading.fold_ahead(self._stopping.is_set)
+            self._spool.reading.fold_ahead(self._stopping)
         except SpoolError as exc:
             self.failed = str(exc)
             logger.error("Reading runs stored by an earlier release stopped: %s", exc)

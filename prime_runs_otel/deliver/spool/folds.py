@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,11 @@ logger = logging.getLogger(__name__)
 #: Episodes folded per write transaction: a producer writing the same spool
 #: waits for one chunk at most.
 FOLD_CHUNK = 5000
+#: The same for a fold ahead of the pages (``ViewFolds.fold_ahead``), and
+#: its pause after each chunk, in seconds: about 7 ms of folding, then room
+#: for the pages.
+AHEAD_CHUNK = 500
+AHEAD_PAUSE = 0.02
 
 _ROW = (
     "seq, episode_id, step, ok, reward, tokens, duration, error_type, example, stored_at, "
@@ -173,20 +179,25 @@ def copy_to_memory(db: sqlite3.Connection, run_id: str) -> None:
 class ViewFolds(SpoolPart):
     """Folding a run's new episodes before its aggregates are read (``reading``)."""
 
-    def fold_ahead(self, stopping: Callable[[], bool]) -> int:
+    def fold_ahead(self, stop: threading.Event) -> int:
         """Fold every run with new episodes into the file, the run written
-        last first, until ``stopping()``: what ``ui`` does while it serves,
+        last first, until ``stop`` is set: what ``ui`` does while it serves,
         so that a run's first page finds its episodes folded. Nothing in a
         store folded in memory (each reading connection holds its own
-        copy). Returns how many runs were folded."""
+        copy). Returns how many runs were folded.
+
+        In small chunks with a pause after each (:data:`AHEAD_CHUNK`,
+        :data:`AHEAD_PAUSE`): a fold is Python from end to end, and a page
+        served by the same process meanwhile would wait a switch interval
+        (5 ms) for the interpreter at each of its SQLite calls."""
         if not self._core.views_folded_on_view() or self._core.views_in_memory:
             return 0
         folded = 0
         for (run_id,) in self._query("SELECT local_id FROM runs ORDER BY updated_at DESC"):
-            if stopping() or self._core.views_in_memory:
+            if stop.is_set() or self._core.views_in_memory:
                 break
             if self._query(UNFOLDED_SQL, (run_id, run_id)):
-                self._fold_in_file(run_id)
+                self._fold_in_file(run_id, AHEAD_CHUNK, lambda: stop.wait(AHEAD_PAUSE))
                 folded += 1
         return folded
 
@@ -200,13 +211,21 @@ class ViewFolds(SpoolPart):
             elif self._query(UNFOLDED_SQL, (run_id, run_id)):
                 self._fold_in_file(run_id)
 
-    def _fold_in_file(self, run_id: str) -> None:
+    def _fold_in_file(
+        self,
+        run_id: str,
+        limit: int = FOLD_CHUNK,
+        stopped_between: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Fold ``run_id`` a chunk of ``limit`` episodes per transaction;
+        ``stopped_between`` is called between chunks (a pause), and stops
+        the fold when it answers True."""
         carried: FoldMark | None = None
         try:
             while True:
                 with self._transaction() as db:
-                    passed, carried = fold_chunk(db, run_id, carried)
-                if passed < FOLD_CHUNK:
+                    passed, carried = fold_chunk(db, run_id, carried, limit)
+                if passed < limit or stopped_between():
                     return
         except (SpoolError, sqlite3.Error) as exc:
             logger.warning(
