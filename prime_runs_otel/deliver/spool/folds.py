@@ -3,7 +3,7 @@
 episode is stored.
 
 Why on view: folding in the commit that stores an episode cost every
-``export()`` about a third of its spool write (histogram and series
+``export()`` about a fifth of its commit's CPU (histogram and series
 upserts, docs/performance.md), for aggregates most runs are never viewed
 by, and those viewed are viewed long after most of their episodes came in.
 A fold of thousands of episodes at once also writes each histogram bucket
