@@ -6,8 +6,10 @@ bodies are read once.
 thread of its own while it serves, and its pages say how far it got. The
 reading is the spool's (``Spool.read_stored``): a chunk of episodes per
 transaction, so a producer writing the same spool meanwhile waits for one
-chunk at most. It is the one thing the viewer writes, and it changes no run:
-it fills in what later releases compute as episodes are stored.
+chunk at most. It changes no run: it fills in what later releases compute
+as episodes are stored. The same thread then folds every run's new
+episodes into what its pages show (``deliver/spool/folds.py``), the run
+written last first, a chunk per transaction as well.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def read_older_episodes(spool: Spool, run_id: str, progress: Progress | None = N
 
 class OlderRunsReader:
     """Reads every run with unread episodes, one after the other, on a
-    daemon thread; :attr:`reading` names the run it is on."""
+    daemon thread; :attr:`reading` names the run it is on. Then folds the
+    runs' new episodes into what their pages show (``Spool.fold_ahead``),
+    so that the first page of a long run does not wait for it."""
 
     def __init__(self, spool: Spool) -> None:
         self._spool = spool
@@ -67,6 +71,8 @@ class OlderRunsReader:
                     pass
                 if self._stopping.is_set():
                     return
+            self.reading = None
+            self._spool.reading.fold_ahead(self._stopping)
         except SpoolError as exc:
             self.failed = str(exc)
             logger.error("Reading runs stored by an earlier release stopped: %s", exc)

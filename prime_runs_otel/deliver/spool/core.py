@@ -226,6 +226,9 @@ class SpoolCore:
         self._warned_full = False  # see size.py
         self._reported_damaged: set[str] = set()  # see runs.py
         self._indexes_usable: dict[str, bool] = {}  # see index_made
+        #: The viewer's aggregates folded in memory, not in the file (folds.py).
+        self.views_in_memory = False
+        self._folds_stored: bool | None = None  # see views_folded_on_view
         try:
             # Private when created here: records hold prompts and completions.
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -270,6 +273,8 @@ class SpoolCore:
         spool._warned_full = False
         spool._reported_damaged = set()
         spool._indexes_usable = {}
+        spool.views_in_memory = True
+        spool._folds_stored = None
         spool._writer_db = None
         spool._writer_pid = 0
         spool._checkpointed_at = -math.inf
@@ -534,6 +539,32 @@ class SpoolCore:
             return False
         logger.info("made the index %s in %.1f s", name, time.monotonic() - started)
         return True
+
+    def views_folded_on_view(self) -> bool:
+        """Whether this spool's episodes may wait to be folded into the
+        viewer's aggregates (``folds.py``): not in a store an earlier
+        release wrote and this user cannot bring up to date (no
+        ``view_facts``: every episode was folded as it was stored)."""
+        if self._folds_stored is None:
+            columns = self._query("PRAGMA table_info(episodes)")
+            self._folds_stored = any(column[1] == "view_facts" for column in columns)
+        return self._folds_stored
+
+    @contextmanager
+    def private_transaction(self) -> Iterator[sqlite3.Connection]:
+        """This thread's reading connection in a transaction, for writes to
+        its own temporary tables (``folds.py``), which no other connection
+        sees and a read-only store takes: the file itself is only read."""
+        with _GATE:
+            db = self._connection()
+            db.execute("BEGIN")
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def _run_script(self, sql: str) -> None:
         """Statements run to their end outside any transaction, on the

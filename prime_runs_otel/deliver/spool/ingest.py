@@ -5,7 +5,6 @@ It touches several tables at once, so it has a module of its own."""
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -21,14 +20,12 @@ from .rows import aggregate, insert_rows
 from .runs import RunAtIngest, count_batch, ensure_run, owned_by, record_end, record_start
 from .size import STOPPED_HELD_SQL, STOPPED_SHARE, USED_BYTES_SQL, SpoolSize
 from .steps import insert_metrics, insert_step_tables
-from .views import FACT_COLUMNS, StoredEpisode, add_to_views, fact_values
+from .views import FACT_COLUMNS, fact_values, view_facts_text
 
 if TYPE_CHECKING:
     # Only named in signatures: the records' module imports the OpenTelemetry
     # SDK, which a command that only reads the spool should not pay for.
     from ...read.records import RunBatch
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -201,6 +198,10 @@ class SpoolIngest(IngestCap):
         are found in one read, rollout numbers in another, and rows and
         bodies go in as multi-row inserts. At the cap a new episode is
         refused; one already stored is still a duplicate, not a loss.
+
+        What the viewer shows of the run is not touched: each row carries
+        what its aggregates need (``view_facts``), folded in by the first
+        view that asks (``folds.py``), not paid by every commit.
         """
         fresh, refused = self._fresh_episodes(db, run_id, episodes, room, stopped=run.stopped)
         if not fresh:
@@ -210,7 +211,7 @@ class SpoolIngest(IngestCap):
         insert_rows(
             db,
             "episodes (run_id, episode_id, has_traces, size, step, rollout_number, stored_at, "
-            f"{', '.join(FACT_COLUMNS)})",
+            f"{', '.join(FACT_COLUMNS)}, view_facts)",
             [
                 (
                     run_id,
@@ -221,6 +222,7 @@ class SpoolIngest(IngestCap):
                     number,
                     now,
                     *fact_values(e.digest),
+                    view_facts_text(e.digest),
                 )
                 for e, number in zip(fresh, numbers, strict=True)
             ],
@@ -230,7 +232,6 @@ class SpoolIngest(IngestCap):
         lines.extend((seqs[e.episode_id], e.line) for e in fresh if e.line is not None)
         for episode in fresh:
             run.summary.add_digest(episode.digest)
-        _add_to_views(db, run_id, fresh, seqs, run.episodes)
         return len(fresh), refused
 
     def _fresh_episodes(
@@ -354,41 +355,3 @@ class _Room:
         if stopped:
             self.stopped_held += length
         return True
-
-
-def _add_to_views(
-    db: sqlite3.Connection,
-    run_id: str,
-    fresh: Sequence[EpisodeArrival],
-    seqs: dict[str, int],
-    before: int,
-) -> None:
-    """Fold the stored episodes into what the viewer shows of their run.
-
-    Inside a savepoint: should that fail, the views of the run miss these
-    episodes (and say so in the log), but the episodes are stored all the
-    same. What the viewer shows never costs an episode. ``before``: the
-    run's episodes before these (their ordinals follow)."""
-    stored = [
-        StoredEpisode(seqs[e.episode_id], before + index, e.episode_id, e.step, e.digest)
-        for index, e in enumerate(fresh)
-    ]
-    db.execute("SAVEPOINT views")
-    try:
-        add_to_views(db, run_id, stored)
-    except (
-        sqlite3.IntegrityError,
-        sqlite3.InterfaceError,
-        sqlite3.ProgrammingError,
-        KeyError,
-        OverflowError,
-        TypeError,
-        ValueError,
-    ):
-        db.execute("ROLLBACK TO views")
-        logger.exception(
-            "Run %s: %d episode(s) stored, but left out of what the viewer shows of the run",
-            run_id,
-            len(stored),
-        )
-    db.execute("RELEASE views")

@@ -99,13 +99,11 @@ class RunRow:
 @dataclass(frozen=True)
 class RunAtIngest:
     """What ``ingest`` needs of a run's row, read once per batch: its running
-    summary, whether its delivery stopped (``RunRow.stopped``: its episodes
-    take room from the stopped runs' share), and how many episodes it held
-    before (the ordinal of the first new one, for the views)."""
+    summary, and whether its delivery stopped (``RunRow.stopped``: its
+    episodes take room from the stopped runs' share)."""
 
     summary: SummaryAccumulator
     stopped: bool = False
-    episodes: int = 0
 
 
 def ensure_run(
@@ -119,17 +117,15 @@ def ensure_run(
     """The run as ``ingest`` needs it, creating it on first sight (an
     attached run starts as created: the platform already has it), keeping
     its bodies after delivery or not (``keep_records``). One read of the
-    row per batch: the summary, the stop and the count come together."""
+    row per batch: the summary and the stop come together."""
     row = db.execute(
-        "SELECT summary_state, create_state = 'failed' OR close_state = 'gave_up', episodes "
+        "SELECT summary_state, create_state = 'failed' OR close_state = 'gave_up' "
         "FROM runs WHERE local_id = ?",
         (identity.local_id,),
     ).fetchone()
     if row is not None:
-        state, stopped, episodes = row
-        return RunAtIngest(
-            SummaryAccumulator.from_state(json.loads(state)), bool(stopped), episodes
-        )
+        state, stopped = row
+        return RunAtIngest(SummaryAccumulator.from_state(json.loads(state)), bool(stopped))
     summary = SummaryAccumulator()
     db.execute(
         "INSERT INTO runs (local_id, kind, name, identity, mode, created_at, updated_at, "
@@ -513,6 +509,7 @@ class RunRemoval(SpoolPart):
                 "run_histograms",
                 "run_errors",
                 "run_series",
+                "run_folds",
             ):
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", (local_id,))
             db.execute("DELETE FROM runs WHERE local_id = ?", (local_id,))

@@ -40,6 +40,78 @@ CREATE TABLE IF NOT EXISTS metrics (
 )
 """
 
+#: What the viewer shows of a run, by table: folded from its episodes' rows
+#: by the first view after they were stored (``folds.py``), so that no page
+#: reads the bodies. Apart from the other tables so that a store this user
+#: cannot write can be folded in memory, into tables of the same names.
+#:
+#: Why ``SCHEMA_VERSION`` stays, though these were kept by every commit
+#: until ``run_folds`` and ``episodes.view_facts`` were added: an earlier
+#: release opening such a spool to write reads and writes everything as
+#: before (it folds its own episodes as it stores them, and leaves
+#: ``view_facts`` NULL, which the fold passes over); only its viewer shows a
+#: run without the episodes this release stored since that run was last
+#: viewed here. Bumping the version would make it refuse the whole spool.
+VIEW_TABLES = {
+    # rollouts' count numbers a run's rollouts as they are stored; the rest
+    # of the row is folded.
+    "rollouts": """
+CREATE TABLE IF NOT EXISTS rollouts (
+    run_id TEXT NOT NULL,
+    example_key TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    -- Per-example rewards for the viewer: the sum over the rollouts with a
+    -- reward, how many had one, and how many failed.
+    reward_sum REAL NOT NULL DEFAULT 0,
+    rewarded INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, example_key)
+)""",
+    # Distributions: how many episodes (model calls, for call_latency) had
+    # each value, the value rounded to three significant digits.
+    "run_histograms": """
+CREATE TABLE IF NOT EXISTS run_histograms (
+    run_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    bucket REAL NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (run_id, name, bucket)
+) WITHOUT ROWID""",
+    # Failed episodes by error type, with the first one as an example.
+    "run_errors": """
+CREATE TABLE IF NOT EXISTS run_errors (
+    run_id TEXT NOT NULL,
+    error_type TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    example_id TEXT NOT NULL,
+    example_message TEXT,
+    PRIMARY KEY (run_id, error_type)
+) WITHOUT ROWID""",
+    # Rewards and metrics over a run: axis 0 by training step (point =
+    # step), axis N > 0 by blocks of N episodes in arrival order (point =
+    # block). metrics is JSON: {name: [sum, count]}.
+    "run_series": """
+CREATE TABLE IF NOT EXISTS run_series (
+    run_id TEXT NOT NULL,
+    axis INTEGER NOT NULL,
+    point INTEGER NOT NULL,
+    episodes INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    rewarded INTEGER NOT NULL,
+    reward_sum REAL NOT NULL,
+    metrics TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    PRIMARY KEY (run_id, axis, point)
+) WITHOUT ROWID""",
+    # How far each run is folded: the seq of the last of its episodes folded in.
+    "run_folds": """
+CREATE TABLE IF NOT EXISTS run_folds (
+    run_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL
+) WITHOUT ROWID""",
+}
+
 SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -110,53 +182,9 @@ CREATE INDEX IF NOT EXISTS episodes_by_upload ON episodes (upload_id) WHERE uplo
 -- or three times on its way to the platform. (episodes.record is where
 -- schema version 1 kept them; it is moved here on open and stays NULL.)
 CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS rollouts (
-    run_id TEXT NOT NULL,
-    example_key TEXT NOT NULL,
-    count INTEGER NOT NULL,
-    -- Per-example rewards for the viewer: the sum over the rollouts with a
-    -- reward, how many had one, and how many failed.
-    reward_sum REAL NOT NULL DEFAULT 0,
-    rewarded INTEGER NOT NULL DEFAULT 0,
-    failed INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (run_id, example_key)
-);
--- What the viewer shows of a run, kept up to date in the transaction that
--- stores each episode (views.py), so that no page reads the bodies.
--- Distributions: how many episodes (model calls, for call_latency) had each
--- value, the value rounded to three significant digits.
-CREATE TABLE IF NOT EXISTS run_histograms (
-    run_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    bucket REAL NOT NULL,
-    count INTEGER NOT NULL,
-    PRIMARY KEY (run_id, name, bucket)
-) WITHOUT ROWID;
--- Failed episodes by error type, with the first one as an example.
-CREATE TABLE IF NOT EXISTS run_errors (
-    run_id TEXT NOT NULL,
-    error_type TEXT NOT NULL,
-    count INTEGER NOT NULL,
-    example_id TEXT NOT NULL,
-    example_message TEXT,
-    PRIMARY KEY (run_id, error_type)
-) WITHOUT ROWID;
--- Rewards and metrics over a run: axis 0 by training step (point = step),
--- axis N > 0 by blocks of N episodes in arrival order (point = block).
--- metrics is JSON: {name: [sum, count]}.
-CREATE TABLE IF NOT EXISTS run_series (
-    run_id TEXT NOT NULL,
-    axis INTEGER NOT NULL,
-    point INTEGER NOT NULL,
-    episodes INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
-    rewarded INTEGER NOT NULL,
-    reward_sum REAL NOT NULL,
-    metrics TEXT NOT NULL,
-    first_seen REAL NOT NULL,
-    last_seen REAL NOT NULL,
-    PRIMARY KEY (run_id, axis, point)
-) WITHOUT ROWID;
+"""
+    + ";".join(VIEW_TABLES.values())
+    + """;
 CREATE TABLE IF NOT EXISTS uploads (
     upload_id TEXT PRIMARY KEY,
     run_id TEXT NOT NULL,
@@ -226,6 +254,10 @@ ADDED_COLUMNS = {
         ("duration", "REAL"),
         ("turns", "INTEGER"),
         ("example", "TEXT"),
+        # What only the run's aggregates need of the episode (views.py's
+        # view_facts_text); set by a release that folds them on view (NULL:
+        # folded as it was stored, or stored before facts were kept).
+        ("view_facts", "TEXT"),
     ),
     "rollouts": (
         ("reward_sum", "REAL NOT NULL DEFAULT 0"),

@@ -1,18 +1,20 @@
 """What the local viewer and ``show`` read of a run: the facts and
-aggregates ``views.py`` keeps up to date as episodes are stored, as plain
-rows (no presentation), and the one write the viewer asks for, reading the
-episodes stored by an earlier release into them (:meth:`SpoolViews.read_stored`)."""
+aggregates of ``views.py``, as plain rows (no presentation), each aggregate
+folded up to the run's last episode first (``folds.py``), and the other
+write the viewer asks for, reading the episodes stored by an earlier
+release into them (:meth:`SpoolViews.read_stored`)."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..._json import loads as fast_loads
 from ...read.projection import EpisodeDigest, digest_episode
-from .part import SpoolPart
+from .folds import ViewFolds
 from .runs import RunRow
 from .schema import MADE_ON_FIRST_USE
 from .views import (
@@ -20,10 +22,11 @@ from .views import (
     FACT_COLUMNS,
     SORT_INDEXES,
     SORTS,
-    StoredEpisode,
+    ViewEpisode,
     add_to_views,
     fact_values,
     json_object,
+    view_episode,
 )
 
 
@@ -127,11 +130,12 @@ _FACT_ROW_COLUMNS = (
 READ_STORED_CHUNK = 2000
 
 
-class SpoolViews(SpoolPart):
+class SpoolViews(ViewFolds):
     """What the local viewer and ``show`` read of a run (``reading``)."""
 
     def histogram(self, run_id: str, name: str) -> list[tuple[float, int]]:
         """``(bucket, count)`` of one of :data:`HISTOGRAMS`, by bucket."""
+        self._folded(run_id)
         rows = self._query(
             "SELECT bucket, count FROM run_histograms WHERE run_id = ? AND name = ? "
             "ORDER BY bucket",
@@ -141,6 +145,7 @@ class SpoolViews(SpoolPart):
 
     def error_groups(self, run_id: str) -> list[ErrorGroup]:
         """Failed episodes by error type, most frequent first."""
+        self._folded(run_id)
         rows = self._query(
             "SELECT error_type, count, example_id, example_message FROM run_errors "
             "WHERE run_id = ? ORDER BY count DESC, error_type",
@@ -149,12 +154,14 @@ class SpoolViews(SpoolPart):
         return [ErrorGroup(*row) for row in rows]
 
     def has_series(self, run_id: str, axis: int) -> bool:
+        self._folded(run_id)
         rows = self._query(
             "SELECT 1 FROM run_series WHERE run_id = ? AND axis = ? LIMIT 1", (run_id, axis)
         )
         return bool(rows)
 
     def series(self, run_id: str, axis: int) -> list[SeriesPoint]:
+        self._folded(run_id)
         rows = self._query(
             "SELECT point, episodes, failed, rewarded, reward_sum, metrics, first_seen, "
             "last_seen FROM run_series WHERE run_id = ? AND axis = ? ORDER BY point",
@@ -312,6 +319,7 @@ class SpoolViews(SpoolPart):
 
     def example_count(self, run_id: str) -> int:
         """Examples of the run with a reward."""
+        self._folded(run_id)
         rows = self._query(
             "SELECT COUNT(*) FROM rollouts WHERE run_id = ? AND rewarded > 0", (run_id,)
         )
@@ -324,6 +332,7 @@ class SpoolViews(SpoolPart):
         both runs rewarded; with ``every`` > 1, of about one in ``every`` of
         the run's examples only (a sample spread over them, for runs with
         hundreds of thousands)."""
+        self._folded(run_id, other_id)
         rows = self._query(
             "SELECT a.example_key, a.reward_sum / a.rewarded, b.reward_sum / b.rewarded "
             "FROM rollouts a JOIN rollouts b ON b.run_id = ? AND b.example_key = a.example_key "
@@ -360,7 +369,7 @@ class SpoolViews(SpoolPart):
         one transaction; returns how many were read (0: none is left)."""
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT e.seq, e.episode_id, e.step, r.body "
+                "SELECT e.seq, e.episode_id, e.step, e.stored_at, r.body "
                 "FROM episodes e INDEXED BY episodes_without_facts "
                 "LEFT JOIN records r ON r.seq = e.seq WHERE e.run_id = ? "
                 "AND (e.ok IS NULL OR e.ok < 0) AND e.ok IS NULL "
@@ -370,15 +379,16 @@ class SpoolViews(SpoolPart):
             if not rows:
                 return 0
             ordinals = _ordinals(db, run_id, rows[0][0], rows[-1][0])
-            read: list[StoredEpisode] = []
+            read: list[ViewEpisode] = []
             updates: list[tuple[Any, ...]] = []
-            for seq, episode_id, step, body in rows:
+            now = time.time()
+            for seq, episode_id, step, stored_at, body in rows:
                 digest = _digest_of(body)
                 if digest is None:
                     updates.append((-1, *([None] * (len(FACT_COLUMNS) - 1)), seq))
                     continue
                 updates.append((*fact_values(digest), seq))
-                read.append(StoredEpisode(seq, ordinals[seq], episode_id, step, digest))
+                read.append(view_episode(ordinals[seq], episode_id, step, digest, stored_at or now))
             assignments = ", ".join(f"{column} = ?" for column in FACT_COLUMNS)
             db.executemany(f"UPDATE episodes SET {assignments} WHERE seq = ?", updates)
             add_to_views(db, run_id, read)

@@ -1,14 +1,17 @@
-"""What the local viewer and ``show`` read of a run, kept up to date as its
-episodes are stored, so that no page reads every body at view time.
+"""What the local viewer and ``show`` read of a run, folded from its
+episodes' rows, so that no page reads every body at view time.
 
 Each stored episode gets its facts in its own row of ``episodes`` (reward,
 error, tokens, duration, model calls, example: what the episode table sorts
-and filters by), and the same transaction folds them into the run's
-aggregates: distributions (``run_histograms``), failures by error type with
-an example (``run_errors``), rewards and metrics by training step and by
-blocks of episodes (``run_series``), and per-example rewards (``rollouts``).
-A page then reads a few hundred rows whether the run holds a hundred
-episodes or a million.
+and filters by), and what only the aggregates need (its model calls'
+latencies, its metrics, its error's message) as ``view_facts``. The first
+view of a run after new episodes folds them into the run's aggregates
+(``folds.py``): distributions (``run_histograms``), failures by error type
+with an example (``run_errors``), rewards and metrics by training step and
+by blocks of episodes (``run_series``), and per-example rewards
+(``rollouts``). A page then reads a few hundred rows whether the run holds a
+hundred episodes or a million, and the commit that stores an episode writes
+its row and its body only.
 
 Episodes stored by an earlier release have no facts yet (``ok IS NULL``):
 ``view_reads.py``'s :meth:`SpoolViews.read_stored` reads their bodies once, a chunk per
@@ -24,13 +27,15 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+import orjson
+
+from ..._json import loads as fast_loads
 from ...read.projection import EpisodeDigest
-from ...read.projection.facts import EpisodeFacts
 from .rows import aggregate, insert_rows
 
 #: The distributions kept per run, by name.
@@ -100,45 +105,116 @@ def bucket_of(value: float) -> float:
     return float(f"{value:.3g}")
 
 
-@dataclass(frozen=True)
-class StoredEpisode:
-    """One episode as :func:`add_to_views` folds it in."""
+class ViewEpisode(NamedTuple):
+    """One episode as :func:`add_to_views` folds it in: its row of
+    ``episodes`` and its ``view_facts`` (:func:`view_facts_text`), or the
+    same read from its digest (an episode stored by an earlier release).
+    A named tuple: a fold makes one per episode, and a tuple is made several
+    times faster than a frozen dataclass."""
 
-    seq: int
     #: Its place among the run's episodes in arrival order, from 0.
     ordinal: int
     episode_id: str
     step: int | None
-    digest: EpisodeDigest
+    ok: bool
+    reward: float | None
+    tokens: int | None
+    duration: float | None
+    error_type: str | None
+    #: The example its rollouts are numbered under; None without traces.
+    example: str | None
+    #: When it was stored (``episodes.stored_at``).
+    stored_at: float
+    call_latencies: Sequence[float] = ()
+    #: ``(name, value)`` pairs (lists, as read back from ``view_facts``).
+    metrics: Sequence[Sequence[Any]] = ()
+    error_message: str | None = None
 
 
-def add_to_views(db: sqlite3.Connection, run_id: str, episodes: Sequence[StoredEpisode]) -> None:
-    """Fold newly stored episodes into their run's aggregates, inside the
-    caller's transaction: a fixed handful of statements per call."""
+def view_episode(
+    ordinal: int, episode_id: str, step: int | None, digest: EpisodeDigest, stored_at: float
+) -> ViewEpisode:
+    """An episode as its digest says it, for :func:`add_to_views`."""
+    facts = digest.facts
+    return ViewEpisode(
+        ordinal,
+        episode_id,
+        step,
+        digest.ok,
+        facts.reward,
+        facts.tokens,
+        facts.duration,
+        facts.error_type,
+        digest.rollout_key if digest.has_traces else None,
+        stored_at,
+        facts.call_latencies,
+        facts.metrics,
+        facts.error_message,
+    )
+
+
+def view_facts_text(digest: EpisodeDigest) -> str:
+    """What the aggregates need of an episode beyond its row's columns, as
+    stored in ``episodes.view_facts``: ``[latencies, metrics, message]``.
+
+    Its being there (never NULL for an episode stored by this release) is
+    also what tells the fold an episode is still to be folded: an earlier
+    release folds its own episodes as it stores them, and leaves it NULL.
+    Non-finite latencies are left out (no distribution counts them)."""
+    facts = digest.facts
+    latencies = [value for value in facts.call_latencies if math.isfinite(value)]
+    value = [latencies, facts.metrics, facts.error_message]
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # a name orjson cannot write (a lone surrogate)
+        return json.dumps(value)
+
+
+#: What :func:`view_facts_text` keeps: latencies, metrics, error message.
+ViewFacts = tuple[Sequence[float], Sequence[Sequence[Any]], str | None]
+
+
+def from_view_facts(text: str) -> ViewFacts:
+    """``(latencies, metrics, message)`` from :func:`view_facts_text`'s text
+    (nothing of a text that is not its shape). Its values are taken as
+    written there, finite numbers, not checked one by one: a fold reads
+    every episode's."""
+    try:
+        latencies, metrics, message = fast_loads(text)
+    except (ValueError, TypeError):
+        return (), (), None
+    if type(latencies) is not list or type(metrics) is not list:
+        return (), (), None
+    return latencies, metrics, message if isinstance(message, str) else None
+
+
+def add_to_views(db: sqlite3.Connection, run_id: str, episodes: Sequence[ViewEpisode]) -> None:
+    """Fold episodes, in arrival order, into their run's aggregates, inside
+    the caller's transaction: a fixed handful of statements per call."""
     if not episodes:
         return
-    now = time.time()
-    _add_histograms(db, run_id, [episode.digest.facts for episode in episodes])
+    _add_histograms(db, run_id, episodes)
     _add_errors(db, run_id, episodes)
-    _add_series(db, run_id, episodes, now)
+    _add_series(db, run_id, episodes)
     _add_examples(db, run_id, episodes)
 
 
-def _add_histograms(db: sqlite3.Connection, run_id: str, facts: Sequence[EpisodeFacts]) -> None:
-    # Inline rather than a helper per value: export() runs this for every
-    # stored episode, and a call per value was most of its Python time.
+def _add_histograms(db: sqlite3.Connection, run_id: str, episodes: Sequence[ViewEpisode]) -> None:
+    # Each value counted first (Counter counts in C), then each distinct
+    # value put in its bucket once: most values repeat (rewards, tokens).
+    values: Counter[tuple[str, Any]] = Counter()
+    values.update(("reward", episode.reward) for episode in episodes)
+    values.update(("tokens", episode.tokens) for episode in episodes)
+    values.update(("duration", episode.duration) for episode in episodes)
+    values.update(
+        ("call_latency", latency) for episode in episodes for latency in episode.call_latencies
+    )
     counts: dict[tuple[str, float], int] = {}
     isfinite = math.isfinite
-    for fact in facts:
-        for name, value in (
-            ("reward", fact.reward),
-            ("tokens", fact.tokens),
-            ("duration", fact.duration),
-            *(("call_latency", latency) for latency in fact.call_latencies),
-        ):
-            if value is not None and isfinite(value):
-                key = (name, float(f"{value:.3g}"))  # bucket_of, inline
-                counts[key] = counts.get(key, 0) + 1
+    for (name, value), number in values.items():
+        if value is not None and isfinite(value):
+            key = (name, float(f"{value:.3g}"))  # bucket_of, inline
+            counts[key] = counts.get(key, 0) + number
     insert_rows(
         db,
         "run_histograms (run_id, name, bucket, count)",
@@ -147,14 +223,14 @@ def _add_histograms(db: sqlite3.Connection, run_id: str, facts: Sequence[Episode
     )
 
 
-def _add_errors(db: sqlite3.Connection, run_id: str, episodes: Sequence[StoredEpisode]) -> None:
+def _add_errors(db: sqlite3.Connection, run_id: str, episodes: Sequence[ViewEpisode]) -> None:
     groups: dict[str, list[Any]] = {}
     for episode in episodes:
-        facts = episode.digest.facts
-        if facts.error_type is None:
+        error_type = episode.error_type
+        if error_type is None:
             continue
         group = groups.setdefault(
-            facts.error_type, [run_id, facts.error_type, 0, episode.episode_id, facts.error_message]
+            error_type, [run_id, error_type, 0, episode.episode_id, episode.error_message]
         )
         group[2] += 1
     insert_rows(
@@ -173,22 +249,32 @@ class _Point:
     reward_sum: float = 0.0
     #: ``{name: [sum, count]}``
     metrics: dict[str, list[float]] = field(default_factory=dict)
+    #: When its first and last episodes were stored.
+    first_seen: float = math.inf
+    last_seen: float = -math.inf
 
-    def add(self, digest: EpisodeDigest) -> None:
-        facts = digest.facts
-        metrics = self.metrics
-        self.episodes += 1
-        self.failed += not digest.ok
-        if facts.reward is not None:
-            self.rewarded += 1
-            self.reward_sum += facts.reward
-        for name, value in facts.metrics:
-            total = metrics.get(name)
-            if total is None:
-                metrics[name] = [0.0 + value, 1]
-            else:
-                total[0] += value
-                total[1] += 1
+    @classmethod
+    def of(cls, episodes: Sequence[ViewEpisode]) -> _Point:
+        """The point of ``episodes`` alone: one loop over them, locals only
+        (a fold runs it over every episode of the run)."""
+        metrics: dict[str, list[float]] = {}
+        failed = rewarded = 0
+        reward_sum = 0.0
+        for episode in episodes:
+            failed += not episode.ok
+            reward = episode.reward
+            if reward is not None:
+                rewarded += 1
+                reward_sum += reward
+            for name, value in episode.metrics:
+                total = metrics.get(name)
+                if total is None:
+                    metrics[name] = [0.0 + value, 1]
+                else:
+                    total[0] += value
+                    total[1] += 1
+        seen = [episode.stored_at for episode in episodes]
+        return cls(len(episodes), failed, rewarded, reward_sum, metrics, min(seen), max(seen))
 
     def merge(self, other: _Point) -> None:
         """Add the episodes of ``other`` (a block inside this one)."""
@@ -196,6 +282,8 @@ class _Point:
         self.failed += other.failed
         self.rewarded += other.rewarded
         self.reward_sum += other.reward_sum
+        self.first_seen = min(self.first_seen, other.first_seen)
+        self.last_seen = max(self.last_seen, other.last_seen)
         for name, (total, number) in other.metrics.items():
             mine = self.metrics.get(name)
             if mine is None:
@@ -205,9 +293,7 @@ class _Point:
                 mine[1] += number
 
 
-def _add_series(
-    db: sqlite3.Connection, run_id: str, episodes: Sequence[StoredEpisode], now: float
-) -> None:
+def _add_series(db: sqlite3.Connection, run_id: str, episodes: Sequence[ViewEpisode]) -> None:
     points = _points(episodes)
     stored: dict[tuple[int, int], tuple[str, float]] = {}
     for axis in {axis for axis, _ in points}:
@@ -225,7 +311,10 @@ def _add_series(
                 stored[(axis, point)] = (metrics, first_seen)
     rows = []
     for (axis, point), added in points.items():
-        metrics_text, first_seen = stored.get((axis, point), ("{}", now))
+        metrics_text, first_seen = stored.get((axis, point), ("{}", added.first_seen))
+        # The earlier of the two: an earlier release writing the same run
+        # folds its episodes as it stores them, before older ones are folded.
+        first_seen = min(first_seen, added.first_seen)
         metrics = json_object(metrics_text)
         for name, (total, number) in added.metrics.items():
             before = metrics.get(name, [0.0, 0])
@@ -243,7 +332,7 @@ def _add_series(
                 added.reward_sum,
                 json.dumps(metrics, allow_nan=False),
                 first_seen,
-                now,
+                added.last_seen,
             )
         )
     insert_rows(
@@ -255,22 +344,28 @@ def _add_series(
         "episodes = episodes + excluded.episodes, failed = failed + excluded.failed, "
         "rewarded = rewarded + excluded.rewarded, "
         "reward_sum = reward_sum + excluded.reward_sum, metrics = excluded.metrics, "
-        "last_seen = excluded.last_seen",
+        "first_seen = excluded.first_seen, last_seen = MAX(last_seen, excluded.last_seen)",
     )
 
 
-def _points(episodes: Sequence[StoredEpisode]) -> dict[tuple[int, int], _Point]:
+def _points(episodes: Sequence[ViewEpisode]) -> dict[tuple[int, int], _Point]:
     """What ``episodes`` add to each point of the run's series.
 
-    Each episode is added once to its block of the finest axis and to its
-    step; the coarser blocks are sums of the finer ones (each axis's block
-    size divides the next), not a second and third pass over the episodes."""
+    The episodes are summed once per block of the finest axis and step
+    (the episodes of one block are mostly of one step), and each such part
+    added to its block and to its step; the coarser blocks are sums of the
+    finer ones (each axis's block size divides the next), not a second and
+    third pass over the episodes."""
     finest, *coarser = EPISODE_AXES
-    points: dict[tuple[int, int], _Point] = {}
+    parts: dict[tuple[int, int | None], list[ViewEpisode]] = {}
     for episode in episodes:
-        _point_at(points, (finest, episode.ordinal // finest)).add(episode.digest)
-        if episode.step is not None:
-            _point_at(points, (STEP_AXIS, episode.step)).add(episode.digest)
+        parts.setdefault((episode.ordinal // finest, episode.step), []).append(episode)
+    points: dict[tuple[int, int], _Point] = {}
+    for (number, step), members in parts.items():
+        part = _Point.of(members)
+        _point_at(points, (finest, number)).merge(part)
+        if step is not None:
+            _point_at(points, (STEP_AXIS, step)).merge(part)
     blocks = [(number, block) for (axis, number), block in points.items() if axis == finest]
     for axis in coarser:
         for number, block in blocks:
@@ -286,19 +381,19 @@ def _point_at(points: dict[tuple[int, int], _Point], key: tuple[int, int]) -> _P
     return point
 
 
-def _add_examples(db: sqlite3.Connection, run_id: str, episodes: Sequence[StoredEpisode]) -> None:
+def _add_examples(db: sqlite3.Connection, run_id: str, episodes: Sequence[ViewEpisode]) -> None:
     """Per-example rewards, on the example's ``rollouts`` row (whose count
     the rollout numbering keeps)."""
     sums: dict[str, list[Any]] = {}
     for episode in episodes:
-        digest = episode.digest
-        if not digest.has_traces:
+        example = episode.example
+        if example is None:
             continue
-        row = sums.setdefault(digest.rollout_key, [run_id, digest.rollout_key, 0, 0.0, 0, 0])
-        if digest.facts.reward is not None:
-            row[3] += digest.facts.reward
+        row = sums.setdefault(example, [run_id, example, 0, 0.0, 0, 0])
+        if episode.reward is not None:
+            row[3] += episode.reward
             row[4] += 1
-        row[5] += not digest.ok
+        row[5] += not episode.ok
     insert_rows(
         db,
         "rollouts (run_id, example_key, count, reward_sum, rewarded, failed)",

@@ -3,9 +3,9 @@ reward, its error, its tokens, how long it took, its model calls' latencies
 and its metrics, read from the record once, when the record is read.
 
 The spool keeps these beside each episode and folds them into per-run
-distributions in the transaction that stores the episode (see
-``deliver/spool/views.py``), so no page and no ``show`` ever parses the
-stored bodies again. A record comes from a producer and may hold anything:
+distributions when a view first asks after the episode was stored (see
+``deliver/spool/views.py`` and ``folds.py``), so no page and no ``show``
+ever parses the stored bodies again. A record comes from a producer and may hold anything:
 every reader here takes what is in the expected shape and leaves the rest
 out (``None``), and never refuses a record the platform projections accept.
 """
