@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import time
 
 import httpx
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 from kafka_fleet import Fleet, all_closed, assert_books, fleet, kafka, run_bodies, wait_for
 from test_receiver import ServeProcess, episodes, post
 
@@ -86,6 +88,38 @@ def test_brokers_that_do_not_answer_are_overload_never_a_loss(fleet: Fleet, kafk
     fleet.send(body, random.Random(1))
     wait_for(lambda: all_closed(fleet.platform, ["broker-away"]), 300, "the run to close")
     assert_books(fleet.platform, {"broker-there": warm, "broker-away": records})
+
+
+def _delivered_partitions(member: ServeProcess) -> set[int]:
+    """Every partition the member's log says it took over."""
+    found: set[int] = set()
+    for listed in re.findall(r"now delivers partition\(s\) ([0-9, ]+)", member.log()):
+        found |= {int(number) for number in listed.split(",")}
+    return found
+
+
+def test_a_member_takes_partitions_its_group_learns_of_from_a_metadata_refresh(
+    fleet: Fleet, kafka: Cluster
+) -> None:
+    """The group consumer's next step waits for the metadata of its topic.
+
+    A member whose metadata request was lost with the connection it went out
+    on (the brokers froze while it joined) waited for librdkafka's periodic
+    refresh, five minutes by default, without a partition. That race cannot
+    be forced from outside; the state it ends in can: partitions added to the
+    topic reach the group only through that refresh, so the member takes
+    them within its bound, not minutes later."""
+    member = fleet.add()
+    wait_for(lambda: _delivered_partitions(member), 120, "the member to take its partitions")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    topic = f"{fleet.prefix}.episodes"
+    added = fleet.partitions + 2
+    admin.create_partitions([NewPartitions(topic, added)])[topic].result(30)
+    wait_for(
+        lambda: _delivered_partitions(member) >= set(range(added)),
+        60,
+        "the member to take the added partitions",
+    )
 
 
 def _stage_seconds(member: ServeProcess) -> dict[tuple[str, str], float]:

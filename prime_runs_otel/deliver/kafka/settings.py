@@ -32,6 +32,16 @@ SESSION_TIMEOUT_MS = 8000
 #: How long a transaction of a killed member blocks the partitions it wrote
 #: before the broker aborts it.
 TRANSACTION_TIMEOUT_MS = 10000
+#: How often the group consumer asks for the metadata of its topic even when
+#: nothing else made it ask (librdkafka's ``topic.metadata.refresh.interval.ms``,
+#: 300 s by default). A consumer joining the group waits for that metadata
+#: before it sends its JoinGroup, and librdkafka 2.16 does not ask again when
+#: the request was lost with the broker connection it went out on (the
+#: bootstrap connection, dropped once the brokers are known, or after a
+#: re-bootstrap when the brokers stopped answering): the member then waited
+#: for the periodic refresh, five minutes without a partition. It waits this
+#: long at most now; added partitions are seen as soon.
+METADATA_REFRESH_MS = 10000
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,7 @@ class KafkaSettings:
             # The poll loop hands records to the spool at once; a slow commit
             # must not cost the group membership.
             "max.poll.interval.ms": 300000,
+            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
         }
         if member:
             config["group.instance.id"] = member
