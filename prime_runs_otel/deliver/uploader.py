@@ -52,6 +52,7 @@ from .platform.http import PlatformError
 from .platform.watch import WATCH
 from .refusals import StopDelivery, stop_run
 from .spool import RunRow, Spool
+from .spool.folds import FOLD_BEHIND
 from .stream import EpisodeStream
 from .training_run import TrainingLifecycle
 
@@ -111,12 +112,11 @@ class Uploader:
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
-        self._stream = self._episode_stream(settings, export_running)
+        self._give_way = export_running.give_way if export_running else PacedGiveWay()
+        self._stream = self._episode_stream(settings)
         self._evals, self._training = self._lifecycles(settings, straggler_wait, behind_collector)
 
-    def _episode_stream(
-        self, settings: Settings, export_running: ExportRunning | None
-    ) -> EpisodeStream:
+    def _episode_stream(self, settings: Settings) -> EpisodeStream:
         """The runs' episodes on their way out, giving way to ``export()``
         (see ``__init__``)."""
         return EpisodeStream(
@@ -125,7 +125,7 @@ class Uploader:
             self._clients,
             self._lease,
             self.lines,
-            give_way=export_running.give_way if export_running else PacedGiveWay(),
+            give_way=self._give_way,
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
@@ -368,10 +368,24 @@ class Uploader:
                 self._stream.send_exactly(run, rows)
             self._owner.resent(run.local_id, upload_id)
 
+    def _fold_behind(self, run: RunRow, behind: int = FOLD_BEHIND) -> None:
+        """Keep the viewer's aggregates of the run close behind its episodes
+        (``folds.py``): once ``behind`` of them are unfolded (0: any, at the
+        run's close), so a view never folds more than a few thousand. Here,
+        on the delivery's thread, rather than in ``export()``'s commit, whose
+        CPU the caller waits for; between the run's requests, never during
+        one, in short transactions with a give-way to ``export()`` between."""
+        self._spool.reading.fold_behind(run.local_id, behind, self._between_folds)
+
+    def _between_folds(self) -> bool:
+        self._give_way()
+        return self._stopping.is_set()
+
     def _advance(self, run: RunRow) -> None:
         lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
         if self._owner is not None and not self._owner.owns(run.local_id):
             return  # another member of the fleet delivers it now
+        self._fold_behind(run)
         if run.closed:
             # Closed with episodes that arrived after: delivered like any
             # other, to the closed run, if the platform takes them.
@@ -382,6 +396,7 @@ class Uploader:
             run = end_if_crashed(self._spool, run, self._idle_timeout)
         if run.mode != "online":
             if run.end_status is not None:
+                self._fold_behind(run, 0)  # before the close a finish() waits for
                 self._spool.delivery.update_run(
                     run.local_id, close_state="closed", closed_at=time.time()
                 )
