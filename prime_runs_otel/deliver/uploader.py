@@ -58,6 +58,9 @@ from .training_run import TrainingLifecycle
 
 logger = logging.getLogger(__name__)
 
+#: New episodes of a run between two looks at how far behind its fold is.
+FOLD_LOOK_EVERY = 1000
+
 
 class Uploader:
     """The delivery loop. One per process; the spool's lease lets one at a
@@ -112,6 +115,9 @@ class Uploader:
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
+        #: Each run's count of episodes when its fold was last looked at
+        #: (``_fold_behind``): a pass looks again only after a few more.
+        self._fold_looked: dict[str, int] = {}
         self._give_way = export_running.give_way if export_running else PacedGiveWay()
         self._stream = self._episode_stream(settings)
         self._evals, self._training = self._lifecycles(settings, straggler_wait, behind_collector)
@@ -374,7 +380,18 @@ class Uploader:
         run's close), so a view never folds more than a few thousand. Here,
         on the delivery's thread, rather than in ``export()``'s commit, whose
         CPU the caller waits for; between the run's requests, never during
-        one, in short transactions with a give-way to ``export()`` between."""
+        one, in short transactions with a give-way to ``export()`` between.
+
+        While the run is written, the spool is asked only once
+        :data:`FOLD_LOOK_EVERY` more episodes came in since it was last
+        asked (most passes see a few), and the fold starts that many short
+        of ``behind``, so a view still finds ``behind`` unfolded at most."""
+        if behind:
+            looked = self._fold_looked.get(run.local_id)
+            if looked is not None and run.episodes - looked < FOLD_LOOK_EVERY:
+                return
+            self._fold_looked[run.local_id] = run.episodes
+            behind -= FOLD_LOOK_EVERY
         self._spool.reading.fold_behind(run.local_id, behind, self._between_folds)
 
     def _between_folds(self) -> bool:
