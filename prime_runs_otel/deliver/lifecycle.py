@@ -197,6 +197,10 @@ def close_run(
 
 
 def mark_closed(spool: Spool, run: RunRow) -> None:
-    """The run is closed where it lives (the platform acknowledged it)."""
+    """The run is closed where it lives (the platform acknowledged it).
+    Its episodes are folded into the viewer's aggregates first (the rest
+    ``Uploader._fold_behind`` left), so a finished run's first view has
+    nothing to fold: ``finish()`` returns once the run is closed."""
+    spool.reading.fold_behind(run.local_id, 0)
     spool.delivery.mark_closed(run.local_id)
     logger.info("Run %s closed as %s", run.local_id, run.end_status)

@@ -52,10 +52,14 @@ from .platform.http import PlatformError
 from .platform.watch import WATCH
 from .refusals import StopDelivery, stop_run
 from .spool import RunRow, Spool
+from .spool.folds import FOLD_BEHIND
 from .stream import EpisodeStream
 from .training_run import TrainingLifecycle
 
 logger = logging.getLogger(__name__)
+
+#: New episodes of a run between two looks at how far behind its fold is.
+FOLD_LOOK_EVERY = 1000
 
 
 class Uploader:
@@ -111,12 +115,14 @@ class Uploader:
         #: Prime Traces lines the exporter in this process got built with
         #: the episodes it stored, so they need not be parsed again here.
         self.lines = LineCache()
-        self._stream = self._episode_stream(settings, export_running)
+        #: Each run's count of episodes when its fold was last looked at
+        #: (``_fold_behind``): a pass looks again only after a few more.
+        self._fold_looked: dict[str, int] = {}
+        self._give_way = export_running.give_way if export_running else PacedGiveWay()
+        self._stream = self._episode_stream(settings)
         self._evals, self._training = self._lifecycles(settings, straggler_wait, behind_collector)
 
-    def _episode_stream(
-        self, settings: Settings, export_running: ExportRunning | None
-    ) -> EpisodeStream:
+    def _episode_stream(self, settings: Settings) -> EpisodeStream:
         """The runs' episodes on their way out, giving way to ``export()``
         (see ``__init__``)."""
         return EpisodeStream(
@@ -125,7 +131,7 @@ class Uploader:
             self._clients,
             self._lease,
             self.lines,
-            give_way=export_running.give_way if export_running else PacedGiveWay(),
+            give_way=self._give_way,
             stopping=self._stopping,
             more_pending=self._wake.set,
         )
@@ -368,10 +374,35 @@ class Uploader:
                 self._stream.send_exactly(run, rows)
             self._owner.resent(run.local_id, upload_id)
 
+    def _fold_behind(self, run: RunRow, behind: int = FOLD_BEHIND) -> None:
+        """Keep the viewer's aggregates of the run close behind its episodes
+        (``folds.py``): once ``behind`` of them are unfolded (0: any, at the
+        run's close), so a view never folds more than a few thousand. Here,
+        on the delivery's thread, rather than in ``export()``'s commit, whose
+        CPU the caller waits for; between the run's requests, never during
+        one, in short transactions with a give-way to ``export()`` between.
+
+        While the run is written, the spool is asked only once
+        :data:`FOLD_LOOK_EVERY` more episodes came in since it was last
+        asked (most passes see a few), and the fold starts that many short
+        of ``behind``, so a view still finds ``behind`` unfolded at most."""
+        if behind:
+            looked = self._fold_looked.get(run.local_id)
+            if looked is not None and run.episodes - looked < FOLD_LOOK_EVERY:
+                return
+            self._fold_looked[run.local_id] = run.episodes
+            behind -= FOLD_LOOK_EVERY
+        self._spool.reading.fold_behind(run.local_id, behind, self._between_folds)
+
+    def _between_folds(self) -> bool:
+        self._give_way()
+        return self._stopping.is_set()
+
     def _advance(self, run: RunRow) -> None:
         lifecycle: RunLifecycle = self._training if run.kind == "train" else self._evals
         if self._owner is not None and not self._owner.owns(run.local_id):
             return  # another member of the fleet delivers it now
+        self._fold_behind(run)
         if run.closed:
             # Closed with episodes that arrived after: delivered like any
             # other, to the closed run, if the platform takes them.
@@ -382,6 +413,7 @@ class Uploader:
             run = end_if_crashed(self._spool, run, self._idle_timeout)
         if run.mode != "online":
             if run.end_status is not None:
+                self._fold_behind(run, 0)  # before the close a finish() waits for
                 self._spool.delivery.update_run(
                     run.local_id, close_state="closed", closed_at=time.time()
                 )

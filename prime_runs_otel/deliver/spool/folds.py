@@ -59,6 +59,13 @@ FOLD_CHUNK = 5000
 #: for the pages.
 AHEAD_CHUNK = 500
 AHEAD_PAUSE = 0.02
+#: How many unfolded episodes the delivery of a run lets pile up before it
+#: folds them (``ViewFolds.fold_behind``): a view then folds a few thousand
+#: at most, whatever the run's length.
+FOLD_BEHIND = 5000
+#: Episodes per write transaction of that fold: about 7 ms of the writer
+#: lock and of the interpreter, which an ``export()`` waits for at most.
+BEHIND_CHUNK = 500
 
 _ROW = (
     "seq, episode_id, step, ok, reward, tokens, duration, error_type, example, stored_at, "
@@ -105,6 +112,15 @@ def fold_chunk(
 UNFOLDED_SQL = (
     "SELECT 1 FROM episodes INDEXED BY episodes_by_run WHERE run_id = ? "
     "AND seq > (SELECT COALESCE(MAX(seq), 0) FROM run_folds WHERE run_id = ?) LIMIT 1"
+)
+
+
+#: Whether a run has more than a given number of episodes above its mark
+#: (its id twice, then the number): an index range of that many entries.
+UNFOLDED_BEYOND_SQL = (
+    "SELECT 1 FROM episodes INDEXED BY episodes_by_run WHERE run_id = ? "
+    "AND seq > (SELECT COALESCE(MAX(seq), 0) FROM run_folds WHERE run_id = ?) "
+    "ORDER BY seq LIMIT 1 OFFSET ?"
 )
 
 
@@ -201,6 +217,27 @@ class ViewFolds(SpoolPart):
                 folded += 1
         return folded
 
+    def fold_behind(
+        self, run_id: str, behind: int = FOLD_BEHIND, between: Callable[[], bool] = lambda: False
+    ) -> bool:
+        """Fold the run into the file once it has ``behind`` episodes or more
+        above its mark (0: any), all of them, :data:`BEHIND_CHUNK` per
+        transaction, calling ``between`` between chunks (True stops): what
+        the process delivering a run does as it goes and at the run's end,
+        so a view never has more than ``behind`` to fold. Returns whether
+        it folded. Never raises: a fold that fails (a full disk) is left to
+        the view, and the delivery goes on."""
+        if not self._core.views_folded_on_view() or self._core.views_in_memory:
+            return False
+        try:
+            if not self._query(UNFOLDED_BEYOND_SQL, (run_id, run_id, max(0, behind - 1))):
+                return False
+            self._fold_chunks(run_id, BEHIND_CHUNK, between)
+        except (SpoolError, sqlite3.Error) as exc:
+            logger.debug("run %s: not folded ahead of its views (%s)", run_id, shown(str(exc)))
+            return False
+        return True
+
     def _folded(self, *run_ids: str) -> None:
         """Bring the aggregates of ``run_ids`` up to their last episode."""
         if not self._core.views_folded_on_view():
@@ -220,13 +257,8 @@ class ViewFolds(SpoolPart):
         """Fold ``run_id`` a chunk of ``limit`` episodes per transaction;
         ``stopped_between`` is called between chunks (a pause), and stops
         the fold when it answers True."""
-        carried: FoldMark | None = None
         try:
-            while True:
-                with self._transaction() as db:
-                    passed, carried = fold_chunk(db, run_id, carried, limit)
-                if passed < limit or stopped_between():
-                    return
+            self._fold_chunks(run_id, limit, stopped_between)
         except (SpoolError, sqlite3.Error) as exc:
             logger.warning(
                 "could not fold the new episodes of run %s into what the viewer shows of it "
@@ -237,6 +269,14 @@ class ViewFolds(SpoolPart):
             )
             self._core.views_in_memory = True
             self._fold_in_memory(run_id)
+
+    def _fold_chunks(self, run_id: str, limit: int, stopped_between: Callable[[], bool]) -> None:
+        carried: FoldMark | None = None
+        while True:
+            with self._transaction() as db:
+                passed, carried = fold_chunk(db, run_id, carried, limit)
+            if passed < limit or stopped_between():
+                return
 
     def _fold_in_memory(self, run_id: str) -> None:
         with self._core.private_transaction() as db:
