@@ -36,9 +36,11 @@ def _stored_and_unfolded(local_id: str) -> tuple[int, int]:
     return int(stored), int(unfolded)
 
 
-def _wait_for_fold_behind(local_id: str, timeout: float = 120.0) -> tuple[int, int]:
+def _wait_for_fold_behind(local_id: str, timeout: float = 600.0) -> tuple[int, int]:
     """Every episode stored and at most ``FOLD_BEHIND`` of them unfolded
-    (no view asked), or what the spool held when the time ran out."""
+    (no view asked), or what the spool held when the time ran out. The
+    bound is for a machine many times busier than an idle one (7 s of this
+    wait there): it bounds a condition, not a speed."""
     deadline = time.monotonic() + timeout
     while True:
         stored, unfolded = _stored_and_unfolded(local_id)
@@ -53,7 +55,7 @@ def test_a_long_run_is_folded_behind_its_episodes_and_to_its_end(
 ) -> None:
     if mode == "online":
         request.getfixturevalue("online")  # the fake platform, as the real one
-    run = pro.start_run(name=f"long-{mode}", environments=["gsm8k"], finish_timeout=120, mode=mode)
+    run = pro.start_run(name=f"long-{mode}", environments=["gsm8k"], finish_timeout=600, mode=mode)
     for record in synthetic_episodes(EPISODES, seed=7):
         run.record_episode(record)
 
