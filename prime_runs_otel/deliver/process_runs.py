@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -156,7 +157,26 @@ class ProcessRuns:
                 if pid != me and process_alive(pid, start)
             ]
             if not others:
-                self.spool.intake.end_run(local_id, status, error)
+                self._end_run(local_id, status, error)
+
+    def _end_run(self, local_id: str, status: str, error: str | None) -> None:
+        """Record the run's end, or say why it could not be: on a disk (or
+        file size limit) that is full, the write fails with SQLite's own
+        error, which must not escape ``finish()`` or the interpreter's exit.
+        The episodes already committed stay; the next process to open the
+        spool finds this one gone and closes the run as crashed."""
+        try:
+            self.spool.intake.end_run(local_id, status, error)
+        except (SpoolError, sqlite3.Error) as exc:
+            logger.error(
+                "Run %s: its end could not be written to the spool %s (%s); the episodes "
+                "stored stay, and the next prime-runs-otel process to open the store closes "
+                "the run as crashed. Free space on its disk, then run `prime-runs-otel push %s`.",
+                shown(local_id),
+                shown(str(self.spool.path)),
+                shown(str(exc)),
+                shown(local_id),
+            )
 
     def _report_leftovers(self, seen: Sequence[str]) -> None:
         for local_id in seen:
