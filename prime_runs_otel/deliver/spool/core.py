@@ -179,9 +179,9 @@ class SpoolFullError(SpoolError):
 
 
 @contextmanager
-def _synchronous(db: sqlite3.Connection, level: str) -> Iterator[None]:
-    """The writer's ``synchronous`` at ``level`` for one transaction, FULL
-    again after it.
+def _synchronous(db: sqlite3.Connection, fsync: bool) -> Iterator[None]:
+    """The writer's ``synchronous`` for one transaction: FULL (``fsync``),
+    or NORMAL and FULL again after it.
 
     NORMAL (in WAL mode): the commit does not wait for the disk. A process
     that crashes still leaves it in the spool (the write-ahead log is
@@ -190,10 +190,10 @@ def _synchronous(db: sqlite3.Connection, level: str) -> Iterator[None]:
     next commit that waits for the disk makes it durable too. Only for a
     write whose loss the next process makes good by itself.
     """
-    if level == "FULL":
+    if fsync:
         yield
         return
-    db.execute(f"PRAGMA synchronous={level}")
+    db.execute("PRAGMA synchronous=NORMAL")
     try:
         yield
     finally:
@@ -395,7 +395,7 @@ class SpoolCore:
             raise self.read_only_error()
         with _WRITER, _GATE:
             db = self._writer_connection()
-            with _synchronous(db, "FULL" if fsync else "NORMAL"), self._committed(db):
+            with _synchronous(db, fsync), self._committed(db):
                 yield db
 
     @contextmanager
@@ -445,11 +445,8 @@ class SpoolCore:
 
     def _room_for_log(self) -> bool:
         """Whether the spool's disk has ``CHECKPOINT_PACED_ROOM`` free."""
-        try:
-            stat = os.statvfs(self.path.parent)
-        except OSError:
-            return False
-        return stat.f_bavail * stat.f_frsize >= CHECKPOINT_PACED_ROOM
+        free = files.disk_free(self.path.parent)
+        return free is not None and free >= CHECKPOINT_PACED_ROOM
 
     def full(self) -> SpoolFullError:
         """The error for a write refused because the spool's disk is full."""

@@ -249,3 +249,12 @@ def _truncated(path: Path, status: os.stat_result) -> bool:
     except OSError:
         pass
     return time.time() - status.st_mtime > _CREATING_SECONDS
+
+
+def disk_free(folder: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``folder``'s disk."""
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize

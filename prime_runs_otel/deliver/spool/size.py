@@ -46,6 +46,7 @@ from pathlib import Path
 from ..._text import human_bytes, shown
 from . import files
 from .core import SpoolFullError
+from .files import disk_free
 from .part import SpoolPart
 from .rows import chunks, placeholders
 
@@ -68,15 +69,6 @@ SMALL_DISK_MIN_RESERVE = 64 * 1024
 #: suite), and one on its way to full gets it in time.
 RETAKE_RESERVES = 3
 TAKE_BELOW_RESERVES = 64
-
-
-def disk_free(folder: Path) -> int | None:
-    """Bytes an unprivileged writer may still use on ``folder``'s disk."""
-    try:
-        stat = os.statvfs(folder)
-    except OSError:
-        return None
-    return stat.f_bavail * stat.f_frsize
 
 
 def disk_total(folder: Path) -> int | None:
